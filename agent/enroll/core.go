@@ -1,0 +1,383 @@
+package enroll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/klog/v2"
+)
+
+// Ports are everything the core drives. All fields are required.
+type Ports struct {
+	Resolver   PodInfoResolver
+	Policy     Policy
+	Opener     NetnsOpener
+	Redirector Redirector
+	Proxy      ProxyLink
+	Status     StatusReporter
+}
+
+func (p Ports) validate() error {
+	var missing []string
+	for name, v := range map[string]any{
+		"Resolver": p.Resolver, "Policy": p.Policy, "Opener": p.Opener,
+		"Redirector": p.Redirector, "Proxy": p.Proxy, "Status": p.Status,
+	} {
+		if v == nil {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("enroll: missing ports %v", missing)
+	}
+	return nil
+}
+
+// Core is the enrollment state machine for one node.
+type Core struct {
+	ports Ports
+	// parallelism bounds Reconcile and Reevaluate fan-out.
+	parallelism int
+	now         func() time.Time
+
+	mu    sync.RWMutex
+	slots map[string]*slot
+}
+
+// slot is one pod's state. mu serialises every operation on the pod.
+type slot struct {
+	mu sync.Mutex
+	// gone is set when the slot was removed from the map; a caller that
+	// locked a stale slot retries with a fresh one.
+	gone     bool
+	pod      Pod
+	state    State
+	reason   string
+	since    time.Time
+	workload *Workload // non-nil exactly when state is StateEnrolled
+}
+
+// New returns a core driving ports.
+func New(ports Ports) (*Core, error) {
+	if err := ports.validate(); err != nil {
+		return nil, err
+	}
+	return &Core{ports: ports, parallelism: 8, now: time.Now, slots: make(map[string]*slot)}, nil
+}
+
+// Enroll brings a running pod to the state policy wants: enrolled (rules in
+// place, ztunnel acked, netns held) or not. It is synchronous and
+// idempotent: the same pod with the same netns is a no-op; a new netns (the
+// sandbox was recreated) releases the old enrollment and enrolls the new
+// one. An error means the pod should be meshed and is not; nothing of the
+// attempt is left behind.
+func (c *Core) Enroll(ctx context.Context, pod Pod) (Result, error) {
+	if pod.UID == "" {
+		return Result{}, errors.New("enroll: pod has no UID")
+	}
+	s := c.lockSlot(pod.UID, true)
+	defer s.mu.Unlock()
+	s.pod = pod
+	return c.converge(ctx, s)
+}
+
+// Release takes a stopping pod out of the mesh without entering its netns:
+// ztunnel drops it, node-side state goes, the netns fd is closed. Unknown
+// pods are a no-op. The pod is released even when a step reports an error;
+// the error is returned for logging.
+func (c *Core) Release(ctx context.Context, uid string) error {
+	s := c.lockSlot(uid, false)
+	if s == nil {
+		return nil
+	}
+	defer s.mu.Unlock()
+	return c.release(ctx, s, RemoveHostOnly, StateReleased, "stopped")
+}
+
+// Forget releases the pod if needed and drops everything the core knows
+// about it (the runtime removed the sandbox).
+func (c *Core) Forget(ctx context.Context, uid string) error {
+	s := c.lockSlot(uid, false)
+	if s == nil {
+		return nil
+	}
+	defer s.mu.Unlock()
+	err := c.release(ctx, s, RemoveHostOnly, StateReleased, "removed")
+	c.mu.Lock()
+	delete(c.slots, uid)
+	s.gone = true
+	c.mu.Unlock()
+	return err
+}
+
+// Reconcile converges to exactly the given set of running pods: each is
+// enrolled or not as policy says, and every pod the core knows that is not
+// in the set is forgotten. Errors are collected per pod; one failing pod
+// does not stop the others.
+func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
+	running := make(map[string]struct{}, len(pods))
+	for _, p := range pods {
+		running[p.UID] = struct{}{}
+	}
+	var stale []string
+	c.mu.RLock()
+	for uid := range c.slots {
+		if _, ok := running[uid]; !ok {
+			stale = append(stale, uid)
+		}
+	}
+	c.mu.RUnlock()
+
+	errs := c.parallel(len(stale), func(i int) error { return c.Forget(ctx, stale[i]) })
+	errs = append(errs, c.parallel(len(pods), func(i int) error {
+		_, err := c.Enroll(ctx, pods[i])
+		return err
+	})...)
+	return errors.Join(errs...)
+}
+
+// Reevaluate re-decides every running pod the core knows (policy inputs
+// such as namespace labels changed): pods that now qualify are enrolled,
+// pods that no longer do are released with their in-pod rules removed.
+func (c *Core) Reevaluate(ctx context.Context) error {
+	c.mu.RLock()
+	uids := make([]string, 0, len(c.slots))
+	for uid := range c.slots {
+		uids = append(uids, uid)
+	}
+	c.mu.RUnlock()
+	errs := c.parallel(len(uids), func(i int) error {
+		s := c.lockSlot(uids[i], false)
+		if s == nil {
+			return nil
+		}
+		defer s.mu.Unlock()
+		if s.state == StateReleased || s.state == StateReleasing {
+			return nil // stopped pods stay stopped
+		}
+		_, err := c.converge(ctx, s)
+		return err
+	})
+	return errors.Join(errs...)
+}
+
+// Status returns the state of one pod.
+func (c *Core) Status(uid string) (PodStatus, bool) {
+	s := c.lockSlot(uid, false)
+	if s == nil {
+		return PodStatus{}, false
+	}
+	defer s.mu.Unlock()
+	return s.status(), true
+}
+
+// Pods returns the state of every pod the core knows, in no order.
+func (c *Core) Pods() []PodStatus {
+	c.mu.RLock()
+	slots := make([]*slot, 0, len(c.slots))
+	for _, s := range c.slots {
+		slots = append(slots, s)
+	}
+	c.mu.RUnlock()
+	out := make([]PodStatus, 0, len(slots))
+	for _, s := range slots {
+		s.mu.Lock()
+		if !s.gone {
+			out = append(out, s.status())
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
+func (s *slot) status() PodStatus {
+	st := PodStatus{UID: s.pod.UID, Name: s.pod.Name, Namespace: s.pod.Namespace,
+		State: s.state, Reason: s.reason, Since: s.since}
+	if s.workload != nil {
+		st.NetnsInode = s.workload.Netns.Inode()
+	}
+	return st
+}
+
+// lockSlot returns the pod's slot, locked; nil if it does not exist and
+// create is false.
+func (c *Core) lockSlot(uid string, create bool) *slot {
+	for {
+		c.mu.RLock()
+		s := c.slots[uid]
+		c.mu.RUnlock()
+		if s == nil {
+			if !create {
+				return nil
+			}
+			c.mu.Lock()
+			if s = c.slots[uid]; s == nil {
+				s = &slot{pod: Pod{UID: uid}}
+				c.slots[uid] = s
+			}
+			c.mu.Unlock()
+		}
+		s.mu.Lock()
+		if !s.gone {
+			return s
+		}
+		s.mu.Unlock()
+	}
+}
+
+// setState records a transition; Since only moves when something changed.
+func (c *Core) setState(s *slot, st State, reason string) {
+	if s.state == st && s.reason == reason {
+		return
+	}
+	s.state, s.reason, s.since = st, reason, c.now()
+}
+
+// converge makes the pod in s what policy wants. s.mu is held.
+func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
+	pod := &s.pod
+	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
+
+	info, err := c.ports.Resolver.Resolve(ctx, pod)
+	if err != nil {
+		return c.fail(ctx, s, StepResolve, err)
+	}
+	d := c.ports.Policy.Decide(pod, info)
+	for _, w := range d.Warnings {
+		logger.Info("Pod setting ignored", "warning", w)
+	}
+	if !d.Enroll {
+		changed := s.state != StateSkipped || s.workload != nil
+		var err error
+		if s.workload != nil {
+			logger.Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
+			err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
+			c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		}
+		c.setState(s, StateSkipped, d.Reason)
+		return Result{Reason: d.Reason, Changed: changed}, err
+	}
+	if pod.NetnsPath == "" {
+		return c.fail(ctx, s, StepNetns, ErrNoNetns)
+	}
+	ns, err := c.ports.Opener.Open(pod.NetnsPath)
+	if err != nil {
+		return c.fail(ctx, s, StepNetns, err)
+	}
+	want := &Workload{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
+		ServiceAccount: info.ServiceAccount, IPs: pod.IPs, Options: d.Options, Netns: ns}
+
+	if old := s.workload; old != nil {
+		if old.sameAs(want) {
+			_ = ns.Close()
+			return Result{Enrolled: true, Reason: d.Reason}, nil
+		}
+		// A new netns means a new sandbox: the old one is going away, so
+		// only node-side state is removed. Same netns with new settings:
+		// take the old rules out before putting the new ones in.
+		scope := RemoveHostOnly
+		if old.Netns.Inode() == ns.Inode() {
+			scope = RemoveAll
+		}
+		logger.V(2).Info("Pod changed, re-enrolling", "oldNetnsInode", old.Netns.Inode(), "netnsInode", ns.Inode())
+		if err := c.release(ctx, s, scope, StateReleased, "replaced"); err != nil {
+			logger.Error(err, "Releasing the previous enrollment reported an error; continuing")
+		}
+	}
+
+	c.setState(s, StatePending, d.Reason)
+	if err := c.ports.Redirector.Apply(ctx, want); err != nil {
+		_ = ns.Close()
+		return c.fail(ctx, s, StepRedirect, err)
+	}
+	c.ports.Status.Report(s.ref(), RedirectionPending)
+	if err := c.ports.Proxy.AddWorkload(ctx, want); err != nil {
+		if rerr := c.ports.Redirector.Remove(ctx, want, RemoveAll); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("rollback redirection: %w", rerr))
+		}
+		_ = ns.Close()
+		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		return c.fail(ctx, s, StepProxy, err)
+	}
+	s.workload = want
+	c.setState(s, StateEnrolled, d.Reason)
+	c.ports.Status.Report(s.ref(), RedirectionEnabled)
+	logger.V(2).Info("Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
+	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
+}
+
+// fail records a failed step. Any existing enrollment stays as it was (a
+// failed re-resolve must not unmesh a running pod).
+func (c *Core) fail(ctx context.Context, s *slot, step Step, err error) (Result, error) {
+	e := &Error{UID: s.pod.UID, Step: step, Err: err}
+	if s.workload == nil {
+		c.setState(s, StateFailed, fmt.Sprintf("%s: %v", step, err))
+	}
+	klog.FromContext(ctx).V(2).Info("Enrollment step failed", "pod", klog.KRef(s.pod.Namespace, s.pod.Name),
+		"podUID", s.pod.UID, "step", step, "err", err)
+	return Result{Enrolled: s.workload != nil}, e
+}
+
+// release tears down the pod's enrollment, if any, and records final. Every
+// step runs even if an earlier one fails; errors are joined.
+func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final State, reason string) error {
+	w := s.workload
+	if w == nil {
+		c.setState(s, final, reason)
+		return nil
+	}
+	c.setState(s, StateReleasing, reason)
+	var errs []error
+	if err := c.ports.Proxy.DelWorkload(ctx, w.UID); err != nil {
+		errs = append(errs, fmt.Errorf("ztunnel del: %w", err))
+	}
+	if err := c.ports.Redirector.Remove(ctx, w, scope); err != nil {
+		errs = append(errs, fmt.Errorf("remove redirection: %w", err))
+	}
+	if err := w.Netns.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close netns: %w", err))
+	}
+	s.workload = nil
+	c.setState(s, final, reason)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("release pod %s: %w", w.UID, err)
+	}
+	return nil
+}
+
+func (s *slot) ref() PodRef {
+	return PodRef{UID: s.pod.UID, Name: s.pod.Name, Namespace: s.pod.Namespace}
+}
+
+// parallel runs fn(0..n-1) on at most c.parallelism goroutines and returns
+// the non-nil errors.
+func (c *Core) parallel(n int, fn func(i int) error) []error {
+	if n == 0 {
+		return nil
+	}
+	errs := make([]error, n)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(n, c.parallelism) {
+		wg.Go(func() {
+			for i := range next {
+				errs[i] = fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	out := errs[:0]
+	for _, err := range errs {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}

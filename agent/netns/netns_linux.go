@@ -1,0 +1,132 @@
+package netns
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// Open opens the network namespace at path (a bind mount such as
+// /var/run/netns/<name> or /proc/<pid>/ns/net) and checks that it is one.
+func Open(path string) (*Handle, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open netns %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	h, err := fromFd(fd, path)
+	if err != nil {
+		_ = unix.Close(fd)
+		return nil, err
+	}
+	return h, nil
+}
+
+// FromFd takes ownership of fd, which must refer to a network namespace.
+func FromFd(fd int, path string) (*Handle, error) {
+	return fromFd(fd, path)
+}
+
+func fromFd(fd int, path string) (*Handle, error) {
+	inode, err := Identify(fd)
+	if err != nil {
+		return nil, fmt.Errorf("netns %s: %w", path, err)
+	}
+	return &Handle{path: path, inode: inode, fd: fd}, nil
+}
+
+// Identify checks that fd refers to a network namespace and returns its
+// inode. It asks the kernel (NS_GET_NSTYPE) rather than trusting the path,
+// so a mount namespace or a regular file is refused.
+func Identify(fd int) (uint64, error) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil {
+		return 0, fmt.Errorf("fstatfs: %w", err)
+	}
+	if fs.Type != unix.NSFS_MAGIC {
+		return 0, fmt.Errorf("%w: filesystem magic %#x, want nsfs %#x", ErrNotNetns, fs.Type, unix.NSFS_MAGIC)
+	}
+	nstype, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE)
+	if err != nil {
+		return 0, fmt.Errorf("ioctl NS_GET_NSTYPE: %w", err)
+	}
+	if nstype != unix.CLONE_NEWNET {
+		return 0, fmt.Errorf("%w: namespace type %#x", ErrNotNetns, nstype)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return 0, fmt.Errorf("fstat: %w", err)
+	}
+	return st.Ino, nil
+}
+
+// Close releases the namespace fd. It is idempotent.
+func (h *Handle) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	fd := h.fd
+	h.fd = -1
+	return unix.Close(fd)
+}
+
+// Dup returns a new Handle for the same namespace with its own fd, so the
+// caller can hold the namespace independently of h.
+func (h *Handle) Dup() (*Handle, error) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return nil, ErrClosed
+	}
+	fd, err := unix.FcntlInt(uintptr(h.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup netns fd: %w", err)
+	}
+	return &Handle{path: h.path, inode: h.inode, fd: fd}, nil
+}
+
+// Do runs fn with the current OS thread switched into the namespace.
+//
+// fn runs on a fresh goroutine locked to its thread, so the caller's thread
+// never changes namespace. fn must not start goroutines that expect to be in
+// the namespace: they run on other threads. If the thread cannot be switched
+// back, it is left locked so the runtime destroys it when the goroutine ends.
+func (h *Handle) Do(fn func() error) error {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.closed {
+		return ErrClosed
+	}
+	target := h.fd
+	errc := make(chan error, 1)
+	go func() {
+		errc <- doLocked(target, fn)
+	}()
+	return <-errc
+}
+
+func doLocked(target int, fn func() error) error {
+	runtime.LockOSThread()
+	origin, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open current netns: %w", err)
+	}
+	defer unix.Close(origin)
+	if err := unix.Setns(target, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("setns into target netns: %w", err)
+	}
+	fnErr := fn()
+	if err := unix.Setns(origin, unix.CLONE_NEWNET); err != nil {
+		// Keep the thread locked: the runtime discards it when this
+		// goroutine exits, so no other goroutine runs in the wrong netns.
+		return fmt.Errorf("setns back to origin netns (thread discarded): %w", err)
+	}
+	runtime.UnlockOSThread()
+	return fnErr
+}

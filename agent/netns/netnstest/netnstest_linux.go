@@ -1,0 +1,99 @@
+package netnstest
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// New creates a new, empty network namespace and returns its bind-mount
+// path. The mount is removed when the test ends; the namespace itself goes
+// away once nothing holds it.
+func New(t testing.TB) string {
+	t.Helper()
+	privtest.RequireRoot(t)
+	path := filepath.Join(t.TempDir(), "netns")
+	if err := Create(path); err != nil {
+		t.Fatalf("create netns: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := Destroy(path); err != nil {
+			t.Errorf("destroy netns %s: %v", path, err)
+		}
+	})
+	return path
+}
+
+// Open creates a namespace like New and returns an open handle to it,
+// closed when the test ends.
+func Open(t testing.TB) *netns.Handle {
+	t.Helper()
+	h, err := netns.Open(New(t))
+	if err != nil {
+		t.Fatalf("open netns: %v", err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+// Create makes a new network namespace bind-mounted at path (a file is
+// created there). It works on a dedicated locked thread, so no goroutine of
+// the caller ever runs in the new namespace.
+func Create(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
+	if err != nil {
+		return fmt.Errorf("create mount point: %w", err)
+	}
+	_ = f.Close()
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		origin, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("open current netns: %w", err)
+			return
+		}
+		defer unix.Close(origin)
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		mountErr := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
+		if err := unix.Setns(origin, unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: the runtime discards it.
+			errc <- fmt.Errorf("return to origin netns: %w", err)
+			return
+		}
+		runtime.UnlockOSThread()
+		if mountErr != nil {
+			errc <- fmt.Errorf("bind mount netns at %s: %w", path, mountErr)
+			return
+		}
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		_ = os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// Destroy unmounts a namespace made by Create and removes its mount point.
+func Destroy(path string) error {
+	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		return fmt.Errorf("unmount: %w", err)
+	}
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

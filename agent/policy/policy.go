@@ -1,0 +1,175 @@
+// Package policy decides which pods join the mesh and with which options,
+// exactly as Istio's ambient node agent does, so users see the same
+// behaviour whichever agent runs on the node.
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// Istio's keys and values. Defaults for Config.
+const (
+	DataplaneModeLabel      = "istio.io/dataplane-mode"
+	DataplaneModeAmbient    = "ambient"
+	DataplaneModeNone       = "none"
+	SidecarStatusAnnotation = "sidecar.istio.io/status"
+	BypassInboundAnnotation = "ambient.istio.io/bypass-inbound-capture"
+	DNSCaptureAnnotation    = "ambient.istio.io/dns-capture"
+	ZtunnelNamespace        = "istio-system"
+	ZtunnelAppLabel         = "app"
+	ZtunnelAppValue         = "ztunnel"
+)
+
+// Reasons, as they appear in logs, status and metric labels.
+const (
+	ReasonPodLabel        = "pod-label"
+	ReasonNamespaceLabel  = "namespace-label"
+	ReasonNotSelected     = "not-selected"
+	ReasonPodOptOut       = "pod-opt-out"
+	ReasonHostNetwork     = "host-network"
+	ReasonExcludedNS      = "excluded-namespace"
+	ReasonZtunnel         = "ztunnel-pod"
+	ReasonRuntimeHandler  = "runtime-handler-denied"
+	ReasonSidecarInjected = "sidecar-injected"
+)
+
+// Config holds the selection settings. The zero value is not useful: start
+// from Defaults.
+type Config struct {
+	DataplaneModeLabel      string
+	SidecarStatusAnnotation string
+	BypassInboundAnnotation string
+	DNSCaptureAnnotation    string
+	// ExcludedNamespaces are never enrolled, whatever their labels.
+	ExcludedNamespaces []string
+	// DeniedRuntimeHandlers are RuntimeClass handlers (runsc, kata…) whose
+	// pods' network namespaces the rules cannot take effect in.
+	DeniedRuntimeHandlers []string
+	// ZtunnelNamespace and ZtunnelLabels identify ztunnel's own pods.
+	ZtunnelNamespace string
+	ZtunnelLabels    map[string]string
+	// DNSCapture and IPv6 are node-wide defaults (Istio's: both on).
+	DNSCapture bool
+	IPv6       bool
+}
+
+// Defaults returns Istio's defaults.
+func Defaults() Config {
+	return Config{
+		DataplaneModeLabel:      DataplaneModeLabel,
+		SidecarStatusAnnotation: SidecarStatusAnnotation,
+		BypassInboundAnnotation: BypassInboundAnnotation,
+		DNSCaptureAnnotation:    DNSCaptureAnnotation,
+		ExcludedNamespaces:      []string{"kube-system"},
+		ZtunnelNamespace:        ZtunnelNamespace,
+		ZtunnelLabels:           map[string]string{ZtunnelAppLabel: ZtunnelAppValue},
+		DNSCapture:              true,
+		IPv6:                    true,
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	for name, v := range map[string]string{
+		"dataplane-mode label": c.DataplaneModeLabel, "sidecar status annotation": c.SidecarStatusAnnotation,
+		"bypass-inbound annotation": c.BypassInboundAnnotation, "dns-capture annotation": c.DNSCaptureAnnotation,
+	} {
+		if v == "" {
+			return fmt.Errorf("policy: %s key must not be empty", name)
+		}
+	}
+	if len(c.ZtunnelLabels) == 0 {
+		return fmt.Errorf("policy: ztunnel labels must not be empty (ztunnel's own pods must never be enrolled)")
+	}
+	return nil
+}
+
+// Policy implements enroll.Policy.
+type Policy struct {
+	cfg Config
+}
+
+var _ enroll.Policy = (*Policy)(nil)
+
+// New returns a policy for cfg.
+func New(cfg Config) (*Policy, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Policy{cfg: cfg}, nil
+}
+
+// Decide applies, in order: host network, excluded namespace, ztunnel
+// itself, denied runtime handler, sidecar-injected, the pod's `none`
+// opt-out, then the pod label or the namespace label. The first rule that
+// matches gives the reason.
+func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
+	c := &p.cfg
+	switch {
+	case pod.HostNetwork:
+		return skip(ReasonHostNetwork)
+	case slices.Contains(c.ExcludedNamespaces, pod.Namespace):
+		return skip(ReasonExcludedNS)
+	case p.isZtunnel(pod):
+		return skip(ReasonZtunnel)
+	case pod.RuntimeHandler != "" && slices.Contains(c.DeniedRuntimeHandlers, pod.RuntimeHandler):
+		return skip(ReasonRuntimeHandler)
+	case hasKey(pod.Annotations, c.SidecarStatusAnnotation):
+		return skip(ReasonSidecarInjected)
+	}
+	var reason string
+	switch podMode := pod.Labels[c.DataplaneModeLabel]; {
+	case podMode == DataplaneModeNone:
+		return skip(ReasonPodOptOut)
+	case podMode == DataplaneModeAmbient:
+		reason = ReasonPodLabel
+	case info.NamespaceLabels[c.DataplaneModeLabel] == DataplaneModeAmbient:
+		reason = ReasonNamespaceLabel
+	default:
+		return skip(ReasonNotSelected)
+	}
+	d := enroll.Decision{Enroll: true, Reason: reason,
+		Options: enroll.Options{DNSCapture: c.DNSCapture, IPv6: c.IPv6}}
+	d.Options.BypassInbound = p.boolAnnotation(pod, c.BypassInboundAnnotation, false, &d)
+	d.Options.DNSCapture = p.boolAnnotation(pod, c.DNSCaptureAnnotation, c.DNSCapture, &d)
+	return d
+}
+
+// boolAnnotation reads a boolean pod annotation the way Istio does
+// (strconv.ParseBool); an unparsable value keeps the default and is
+// reported as a warning naming the annotation.
+func (p *Policy) boolAnnotation(pod *enroll.Pod, key string, def bool, d *enroll.Decision) bool {
+	v, ok := pod.Annotations[key]
+	if !ok {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s=%q is not a boolean; using %t", key, v, def))
+		return def
+	}
+	return b
+}
+
+func (p *Policy) isZtunnel(pod *enroll.Pod) bool {
+	if pod.Namespace != p.cfg.ZtunnelNamespace {
+		return false
+	}
+	for k, v := range p.cfg.ZtunnelLabels {
+		if pod.Labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func skip(reason string) enroll.Decision { return enroll.Decision{Reason: reason} }
+
+func hasKey(m map[string]string, k string) bool {
+	_, ok := m[k]
+	return ok
+}

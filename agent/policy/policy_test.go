@@ -1,0 +1,189 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+func TestDecide(t *testing.T) {
+	ambientNS := map[string]string{DataplaneModeLabel: DataplaneModeAmbient}
+	cfg := Defaults()
+	cfg.DeniedRuntimeHandlers = []string{"runsc"}
+
+	type tc struct {
+		name       string
+		pod        enroll.Pod
+		nsLabels   map[string]string
+		wantEnroll bool
+		wantReason string
+	}
+	pod := func(mut func(*enroll.Pod)) enroll.Pod {
+		p := enroll.Pod{UID: "u", Name: "p", Namespace: "app", NetnsPath: "/x"}
+		if mut != nil {
+			mut(&p)
+		}
+		return p
+	}
+	podLabel := func(v string) func(*enroll.Pod) {
+		return func(p *enroll.Pod) { p.Labels = map[string]string{DataplaneModeLabel: v} }
+	}
+	cases := []tc{
+		{"unlabelled pod, unlabelled namespace", pod(nil), nil, false, ReasonNotSelected},
+		{"pod label ambient", pod(podLabel("ambient")), nil, true, ReasonPodLabel},
+		{"namespace label ambient", pod(nil), ambientNS, true, ReasonNamespaceLabel},
+		{"pod label wins reason over namespace", pod(podLabel("ambient")), ambientNS, true, ReasonPodLabel},
+		{"pod none opts out of ambient namespace", pod(podLabel("none")), ambientNS, false, ReasonPodOptOut},
+		{"pod other value inherits namespace", pod(podLabel("sidecar")), ambientNS, true, ReasonNamespaceLabel},
+		{"pod other value, plain namespace", pod(podLabel("sidecar")), nil, false, ReasonNotSelected},
+		{"namespace none does not select", pod(nil), map[string]string{DataplaneModeLabel: "none"}, false, ReasonNotSelected},
+		{"label value is case sensitive", pod(podLabel("Ambient")), nil, false, ReasonNotSelected},
+		{"host network beats pod label", pod(func(p *enroll.Pod) {
+			podLabel("ambient")(p)
+			p.HostNetwork, p.NetnsPath = true, ""
+		}), ambientNS, false, ReasonHostNetwork},
+		{"excluded namespace beats pod label", pod(func(p *enroll.Pod) {
+			podLabel("ambient")(p)
+			p.Namespace = "kube-system"
+		}), ambientNS, false, ReasonExcludedNS},
+		{"ztunnel itself", pod(func(p *enroll.Pod) {
+			p.Namespace = "istio-system"
+			p.Labels = map[string]string{"app": "ztunnel", DataplaneModeLabel: "ambient"}
+		}), ambientNS, false, ReasonZtunnel},
+		{"app=ztunnel elsewhere is an ordinary pod", pod(func(p *enroll.Pod) {
+			p.Labels = map[string]string{"app": "ztunnel"}
+		}), ambientNS, true, ReasonNamespaceLabel},
+		{"denied runtime handler", pod(func(p *enroll.Pod) {
+			podLabel("ambient")(p)
+			p.RuntimeHandler = "runsc"
+		}), nil, false, ReasonRuntimeHandler},
+		{"allowed runtime handler", pod(func(p *enroll.Pod) {
+			podLabel("ambient")(p)
+			p.RuntimeHandler = "runc"
+		}), nil, true, ReasonPodLabel},
+		{"sidecar-injected pod", pod(func(p *enroll.Pod) {
+			p.Annotations = map[string]string{SidecarStatusAnnotation: "{}"}
+		}), ambientNS, false, ReasonSidecarInjected},
+		{"sidecar beats pod none (reason)", pod(func(p *enroll.Pod) {
+			podLabel("none")(p)
+			p.Annotations = map[string]string{SidecarStatusAnnotation: ""}
+		}), ambientNS, false, ReasonSidecarInjected},
+		{"host network beats excluded namespace (reason)", pod(func(p *enroll.Pod) {
+			p.HostNetwork, p.Namespace = true, "kube-system"
+		}), nil, false, ReasonHostNetwork},
+	}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := p.Decide(&c.pod, enroll.PodInfo{NamespaceLabels: c.nsLabels})
+			if d.Enroll != c.wantEnroll || d.Reason != c.wantReason {
+				t.Fatalf("Decide = enroll %t reason %q, want enroll %t reason %q", d.Enroll, d.Reason, c.wantEnroll, c.wantReason)
+			}
+		})
+	}
+}
+
+func TestOptions(t *testing.T) {
+	withAnn := func(a map[string]string) enroll.Pod {
+		return enroll.Pod{Namespace: "app", Labels: map[string]string{DataplaneModeLabel: "ambient"}, Annotations: a}
+	}
+	cases := []struct {
+		name        string
+		cfg         func(*Config)
+		ann         map[string]string
+		want        enroll.Options
+		wantWarning string
+	}{
+		{"istio defaults", nil, nil, enroll.Options{DNSCapture: true, IPv6: true}, ""},
+		{"dns capture off by annotation", nil, map[string]string{DNSCaptureAnnotation: "false"}, enroll.Options{IPv6: true}, ""},
+		{"dns capture on by annotation when node default off", func(c *Config) { c.DNSCapture = false },
+			map[string]string{DNSCaptureAnnotation: "true"}, enroll.Options{DNSCapture: true, IPv6: true}, ""},
+		{"node default dns off", func(c *Config) { c.DNSCapture = false }, nil, enroll.Options{IPv6: true}, ""},
+		{"ipv6 off node-wide", func(c *Config) { c.IPv6 = false }, nil, enroll.Options{DNSCapture: true}, ""},
+		{"bypass inbound", nil, map[string]string{BypassInboundAnnotation: "true"}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}, ""},
+		{"bypass inbound ParseBool forms", nil, map[string]string{BypassInboundAnnotation: "1"}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}, ""},
+		{"bad bypass value keeps default and warns", nil, map[string]string{BypassInboundAnnotation: "yes"},
+			enroll.Options{DNSCapture: true, IPv6: true}, BypassInboundAnnotation},
+		{"bad dns value keeps default and warns", nil, map[string]string{DNSCaptureAnnotation: "off"},
+			enroll.Options{DNSCapture: true, IPv6: true}, DNSCaptureAnnotation},
+		{"custom annotation keys", func(c *Config) { c.DNSCaptureAnnotation = "example.com/dns" },
+			map[string]string{"example.com/dns": "false", DNSCaptureAnnotation: "true"}, enroll.Options{IPv6: true}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Defaults()
+			if c.cfg != nil {
+				c.cfg(&cfg)
+			}
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := withAnn(c.ann)
+			d := p.Decide(&pod, enroll.PodInfo{})
+			if !d.Enroll {
+				t.Fatalf("not enrolled: %s", d.Reason)
+			}
+			if d.Options != c.want {
+				t.Fatalf("Options = %+v, want %+v", d.Options, c.want)
+			}
+			switch {
+			case c.wantWarning == "" && len(d.Warnings) > 0:
+				t.Fatalf("unexpected warnings %q", d.Warnings)
+			case c.wantWarning != "" && (len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], c.wantWarning)):
+				t.Fatalf("warnings %q, want one naming %s", d.Warnings, c.wantWarning)
+			}
+		})
+	}
+}
+
+func TestCustomKeys(t *testing.T) {
+	cfg := Defaults()
+	cfg.DataplaneModeLabel = "mesh.example.com/mode"
+	cfg.SidecarStatusAnnotation = "mesh.example.com/sidecar"
+	cfg.ExcludedNamespaces = []string{"infra"}
+	cfg.ZtunnelNamespace, cfg.ZtunnelLabels = "mesh", map[string]string{"k8s-app": "proxy"}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	decide := func(ns string, labels, ann map[string]string) enroll.Decision {
+		return p.Decide(&enroll.Pod{Namespace: ns, Labels: labels, Annotations: ann}, enroll.PodInfo{})
+	}
+	if d := decide("app", map[string]string{"mesh.example.com/mode": "ambient"}, nil); d.Reason != ReasonPodLabel {
+		t.Errorf("custom label: %s", d.Reason)
+	}
+	if d := decide("app", map[string]string{DataplaneModeLabel: "ambient"}, nil); d.Enroll {
+		t.Errorf("Istio's label selected the pod although the label key was changed")
+	}
+	if d := decide("app", map[string]string{"mesh.example.com/mode": "ambient"}, map[string]string{"mesh.example.com/sidecar": ""}); d.Reason != ReasonSidecarInjected {
+		t.Errorf("custom sidecar annotation: %s", d.Reason)
+	}
+	if d := decide("kube-system", map[string]string{"mesh.example.com/mode": "ambient"}, nil); !d.Enroll {
+		t.Errorf("kube-system still excluded after the list was replaced: %s", d.Reason)
+	}
+	if d := decide("infra", map[string]string{"mesh.example.com/mode": "ambient"}, nil); d.Reason != ReasonExcludedNS {
+		t.Errorf("custom excluded namespace: %s", d.Reason)
+	}
+	if d := decide("mesh", map[string]string{"mesh.example.com/mode": "ambient", "k8s-app": "proxy"}, nil); d.Reason != ReasonZtunnel {
+		t.Errorf("custom ztunnel selector: %s", d.Reason)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, mut := range map[string]func(*Config){
+		"dataplane-mode label": func(c *Config) { c.DataplaneModeLabel = "" },
+		"dns-capture":          func(c *Config) { c.DNSCaptureAnnotation = "" },
+		"ztunnel labels":       func(c *Config) { c.ZtunnelLabels = nil },
+	} {
+		cfg := Defaults()
+		mut(&cfg)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("New with empty %s: error %v, want one naming it", name, err)
+		}
+	}
+}

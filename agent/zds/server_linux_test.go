@@ -1,0 +1,541 @@
+package zds_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/agent/zds/zdspb"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+const wait = 5 * time.Second
+
+// socketPath is short: Unix socket paths are limited to 108 bytes, which a
+// t.TempDir() under a long test name can exceed.
+func socketPath(t testing.TB) string {
+	dir, err := os.MkdirTemp("", "zds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "ztunnel.sock")
+}
+
+func startServer(t testing.TB, cfg zds.Config) *zds.Server {
+	t.Helper()
+	privtest.RequireRoot(t)
+	if cfg.SocketPath == "" {
+		cfg.SocketPath = socketPath(t)
+	}
+	s, err := zds.Listen(cfg)
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		_ = s.Close()
+	})
+	return s
+}
+
+func dial(t testing.TB, s *zds.Server) *zdstest.Client {
+	t.Helper()
+	c, err := zdstest.Dial(s.Addr())
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// connect dials and consumes the snapshot, returning its requests.
+func connect(t testing.TB, s *zds.Server) (*zdstest.Client, []*zdstest.Request) {
+	t.Helper()
+	c := dial(t, s)
+	snap, err := c.ReadSnapshot(wait)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	t.Cleanup(func() {
+		for _, r := range snap {
+			r.Close()
+		}
+	})
+	return c, snap
+}
+
+func workload(t testing.TB, uid string) *enroll.Workload {
+	return &enroll.Workload{UID: uid, Name: "pod-" + uid, Namespace: "ns-" + uid, ServiceAccount: "sa-" + uid,
+		Netns: netnstest.Open(t)}
+}
+
+// addAcked runs AddWorkload while c answers it, and returns what c saw.
+func addAcked(t testing.TB, s *zds.Server, c *zdstest.Client, w *enroll.Workload) *zdstest.Request {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- s.AddWorkload(context.Background(), w) }()
+	r, err := c.Recv(wait)
+	if err != nil {
+		t.Fatalf("recv add: %v", err)
+	}
+	t.Cleanup(r.Close)
+	if err := c.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("AddWorkload: %v", err)
+	}
+	return r
+}
+
+func delAcked(t testing.TB, s *zds.Server, uid string, clients ...*zdstest.Client) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- s.DelWorkload(context.Background(), uid) }()
+	for i, c := range clients {
+		r, err := c.Recv(wait)
+		if err != nil {
+			t.Fatalf("client %d: recv del: %v", i, err)
+		}
+		if r.Kind != zdstest.Del || r.UID != uid {
+			t.Fatalf("client %d got %s, want del %s", i, r, uid)
+		}
+		if err := c.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("DelWorkload: %v", err)
+	}
+}
+
+func waitConns(t testing.TB, s *zds.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for s.Connections() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("server has %d connections, want %d", s.Connections(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestHelloThenEmptySnapshot(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	_, snap := connect(t, s)
+	if len(snap) != 0 {
+		t.Fatalf("snapshot of an empty registry: %v", snap)
+	}
+	waitConns(t, s, 1)
+}
+
+func TestSocketFile(t *testing.T) {
+	privtest.RequireRoot(t)
+	path := socketPath(t)
+	// A stale socket file (a crashed agent) is replaced.
+	stale, err := zds.Listen(zds.Config{SocketPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unlink(path); err != nil { // keep the file, lose the listener
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(path, unix.S_IFSOCK|0o666, 0); err != nil {
+		t.Fatal(err)
+	}
+	_ = stale.Close()
+	s := startServer(t, zds.Config{SocketPath: path})
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("socket mode %v, want a socket with 0600", fi.Mode())
+	}
+	connect(t, s)
+
+	// Anything but a socket is never removed.
+	plain := filepath.Join(filepath.Dir(path), "plain")
+	if err := os.WriteFile(plain, []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := zds.Listen(zds.Config{SocketPath: plain}); err == nil || !strings.Contains(err.Error(), "not a socket") {
+		t.Fatalf("Listen over a regular file: %v, want a refusal", err)
+	}
+	if b, _ := os.ReadFile(plain); string(b) != "keep me" {
+		t.Fatalf("regular file was modified")
+	}
+}
+
+func TestBadHelloClosesConnection(t *testing.T) {
+	s := startServer(t, zds.Config{HelloTimeout: 300 * time.Millisecond})
+	cases := map[string]func(*zdstest.Client) error{
+		"no hello":      func(*zdstest.Client) error { return nil },
+		"version 0":     func(c *zdstest.Client) error { return c.SendRaw(mustMarshal(t, &zdspb.ZdsHello{})) },
+		"garbage":       func(c *zdstest.Client) error { return c.SendRaw([]byte{0xff, 0xff, 0xff}) },
+		"hello with fd": func(c *zdstest.Client) error { return c.SendRaw(mustMarshal(t, &zdspb.ZdsHello{Version: zdspb.Version_V1}), 0) },
+	}
+	for name, send := range cases {
+		t.Run(name, func(t *testing.T) {
+			c, err := zdstest.DialRaw(s.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := send(c); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WaitClosed(wait); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// The server still works.
+	connect(t, s)
+}
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestAddCarriesNetnsFdAndWorkloadInfo(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	w := workload(t, "u1")
+	r := addAcked(t, s, c, w)
+	if r.Kind != zdstest.Add || r.UID != "u1" {
+		t.Fatalf("got %s", r)
+	}
+	if r.NetnsInode != w.Netns.Inode() {
+		t.Fatalf("fd's netns inode %d, want %d", r.NetnsInode, w.Netns.Inode())
+	}
+	want := &zdspb.WorkloadInfo{Name: "pod-u1", Namespace: "ns-u1", ServiceAccount: "sa-u1"}
+	if !proto.Equal(r.Info, want) {
+		t.Fatalf("workload info %v, want %v", r.Info, want)
+	}
+}
+
+func TestAddWithoutZtunnel(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	err := s.AddWorkload(context.Background(), workload(t, "u1"))
+	if !errors.Is(err, zds.ErrNoProxy) {
+		t.Fatalf("AddWorkload with no ztunnel = %v, want ErrNoProxy", err)
+	}
+	if s.Workloads() != 0 {
+		t.Fatalf("failed add left %d workloads registered", s.Workloads())
+	}
+	_, snap := connect(t, s)
+	if len(snap) != 0 {
+		t.Fatalf("failed add replayed: %v", snap)
+	}
+}
+
+func TestSnapshotReplayAfterReconnect(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c1, _ := connect(t, s)
+	const n = 20
+	want := map[string]uint64{}
+	for i := range n {
+		w := workload(t, fmt.Sprintf("u%02d", i))
+		addAcked(t, s, c1, w)
+		want[w.UID] = w.Netns.Inode()
+	}
+	delAcked(t, s, "u00", c1)
+	delete(want, "u00")
+	s.KeepWorkload("kept", "kept-pod", "kept-ns", "kept-sa")
+	_ = c1.Close()
+	waitConns(t, s, 0)
+
+	_, snap := connect(t, s)
+	got := map[string]uint64{}
+	var keeps []string
+	for _, r := range snap {
+		switch r.Kind {
+		case zdstest.Add:
+			if _, dup := got[r.UID]; dup {
+				t.Errorf("duplicate add for %s", r.UID)
+			}
+			got[r.UID] = r.NetnsInode
+		case zdstest.Keep:
+			keeps = append(keeps, r.UID)
+		default:
+			t.Errorf("unexpected %s in snapshot", r)
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("replayed adds (uid → netns inode)\n got  %v\n want %v", got, want)
+	}
+	if len(keeps) != 1 || keeps[0] != "kept" {
+		t.Fatalf("replayed keeps %v, want [kept]", keeps)
+	}
+}
+
+func TestNackIsAnErrorAndNotRegistered(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	errc := make(chan error, 1)
+	go func() { errc <- s.AddWorkload(context.Background(), workload(t, "refused")) }()
+	r, err := c.Recv(wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if err := c.Nack("netns not usable"); err != nil {
+		t.Fatal(err)
+	}
+	var nack *zds.NackError
+	if err := <-errc; !errors.As(err, &nack) || nack.Reason != "netns not usable" || nack.UID != "refused" {
+		t.Fatalf("AddWorkload = %v, want a NackError with ztunnel's reason", err)
+	}
+	if s.Workloads() != 0 {
+		t.Fatalf("nacked workload registered")
+	}
+	// The connection is still in sync and usable.
+	addAcked(t, s, c, workload(t, "next"))
+}
+
+func TestAckTimeoutClosesConnection(t *testing.T) {
+	s := startServer(t, zds.Config{AckTimeout: 200 * time.Millisecond})
+	c, _ := connect(t, s)
+	err := s.AddWorkload(context.Background(), workload(t, "slow"))
+	if err == nil || !strings.Contains(err.Error(), "no ack") {
+		t.Fatalf("AddWorkload without ack = %v, want a timeout", err)
+	}
+	if s.Workloads() != 0 {
+		t.Fatalf("timed-out workload registered")
+	}
+	r, err := c.Recv(wait) // the add that was never acked
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if err := c.WaitClosed(wait); err != nil {
+		t.Fatal(err)
+	}
+	waitConns(t, s, 0)
+}
+
+func TestContextCancelAbandonsAndClosesConnection(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := s.AddWorkload(ctx, workload(t, "u")); !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no ack") {
+		t.Fatalf("AddWorkload past its deadline = %v", err)
+	}
+	r, err := c.Recv(wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	if err := c.WaitClosed(wait); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTwoConnectionsAddsToNewestDelToAll(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	old, _ := connect(t, s)
+	w1 := workload(t, "before")
+	addAcked(t, s, old, w1)
+
+	newer, snap := connect(t, s)
+	if len(snap) != 1 || snap[0].UID != "before" || snap[0].NetnsInode != w1.Netns.Inode() {
+		t.Fatalf("second connection's snapshot %v, want add before", snap)
+	}
+	waitConns(t, s, 2)
+	r := addAcked(t, s, newer, workload(t, "after"))
+	if r.UID != "after" {
+		t.Fatalf("newest got %s", r)
+	}
+	delAcked(t, s, "before", old, newer)
+
+	// The old connection got nothing else: its next request is the Del below.
+	delAcked(t, s, "after", old, newer)
+}
+
+func ackOfSize(t testing.TB, size int) []byte {
+	for l := 0; l < 2*size; l++ {
+		b := mustMarshal(t, &zdspb.WorkloadResponse{Payload: &zdspb.WorkloadResponse_Ack{Ack: &zdspb.Ack{Error: strings.Repeat("x", l)}}})
+		if len(b) == size {
+			return b
+		}
+	}
+	t.Fatalf("no ack of %d bytes", size)
+	return nil
+}
+
+func TestMisbehavingPeerIsClosedOthersUnaffected(t *testing.T) {
+	valid := mustMarshal(t, &zdspb.WorkloadResponse{Payload: &zdspb.WorkloadResponse_Ack{Ack: &zdspb.Ack{}}})
+	cases := map[string][]byte{
+		"garbage":                     {0x0a, 0xff, 0x01},
+		"unsolicited ack":             valid,
+		"truncated message":           ackOfSize(t, 40)[:37],
+		"oversized datagram":          ackOfSize(t, 3000),
+		"datagram of exactly 1024":    ackOfSize(t, zds.MaxMessageSize),
+		"request instead of response": mustMarshal(t, &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_SnapshotSent{SnapshotSent: &zdspb.SnapshotSent{}}}),
+	}
+	for name, msg := range cases {
+		for _, withFd := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fd=%t", name, withFd), func(t *testing.T) {
+				s := startServer(t, zds.Config{})
+				bystander, _ := connect(t, s)
+				addAcked(t, s, bystander, workload(t, "kept"))
+				victim, _ := connect(t, s)
+				waitConns(t, s, 2)
+				var fds []int
+				if withFd {
+					f, err := os.Open("/dev/null")
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer f.Close()
+					fds = append(fds, int(f.Fd()))
+				}
+				if err := victim.SendRaw(msg, fds...); err != nil {
+					t.Fatal(err)
+				}
+				if err := victim.WaitClosed(wait); err != nil {
+					t.Fatal(err)
+				}
+				waitConns(t, s, 1)
+				if s.Workloads() != 1 {
+					t.Fatalf("registry has %d workloads after a peer misbehaved, want 1", s.Workloads())
+				}
+				addAcked(t, s, bystander, workload(t, "new"))
+			})
+		}
+	}
+	// A valid ack that carries an fd is a violation too.
+	t.Run("valid ack with fd", func(t *testing.T) {
+		s := startServer(t, zds.Config{})
+		victim, _ := connect(t, s)
+		errc := make(chan error, 1)
+		go func() { errc <- s.AddWorkload(context.Background(), workload(t, "u")) }()
+		r, err := victim.Recv(wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := victim.SendRaw(valid, int(f.Fd())); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; err == nil {
+			t.Fatal("AddWorkload succeeded on an ack that broke the protocol")
+		}
+		if err := victim.WaitClosed(wait); err != nil {
+			t.Fatal(err)
+		}
+		if s.Workloads() != 0 {
+			t.Fatal("workload registered although its add failed")
+		}
+	})
+}
+
+func TestDelWithoutConnectionsDropsFromRegistry(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	addAcked(t, s, c, workload(t, "u"))
+	_ = c.Close()
+	waitConns(t, s, 0)
+	if err := s.DelWorkload(context.Background(), "u"); err != nil {
+		t.Fatalf("DelWorkload with no ztunnel: %v", err)
+	}
+	_, snap := connect(t, s)
+	if len(snap) != 0 {
+		t.Fatalf("deleted workload replayed: %v", snap)
+	}
+}
+
+func TestNoFdLeak(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	var ws []*enroll.Workload
+	for i := range 10 {
+		ws = append(ws, workload(t, fmt.Sprint(i)))
+	}
+	before := openFds(t)
+	for _, w := range ws {
+		r := addAcked(t, s, c, w)
+		r.Close()
+	}
+	if got := openFds(t); got != before+len(ws) {
+		t.Fatalf("after %d adds: %d fds open, want %d (one dup each)", len(ws), got, before+len(ws))
+	}
+	for _, w := range ws {
+		delAcked(t, s, w.UID, c)
+	}
+	if got := openFds(t); got != before {
+		t.Fatalf("after dels: %d fds open, want %d", got, before)
+	}
+}
+
+func openFds(t testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents) - 1 // ReadDir's own fd
+}
+
+func TestShutdownRemovesSocket(t *testing.T) {
+	privtest.RequireRoot(t)
+	path := socketPath(t)
+	s, err := zds.Listen(zds.Config{SocketPath: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ctx) }()
+	c, err := zdstest.Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ReadSnapshot(wait); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Serve after cancel: %v", err)
+	}
+	if err := c.WaitClosed(wait); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Fatalf("socket file still there after shutdown: %v", err)
+	}
+	_ = s.Close()
+}
+
+var _ enroll.Netns = (*netns.Handle)(nil)
