@@ -25,7 +25,7 @@ deps:
 	./hack/install-deps.sh
 
 ## test: every test tier (unit, kernel); as root nothing is skipped
-test:
+test: deps
 	$(GO) test $(TEST_FLAGS) ./...
 
 ## bench: the benchmarks named in the issues, 10 runs each for benchstat
@@ -33,14 +33,14 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ | tee bench.txt
 
 ## lint: formatting, vet, staticcheck, generated code up to date
-lint: $(STATICCHECK) verify-generated
+lint: deps $(STATICCHECK) verify-generated
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	$(STATICCHECK) ./...
 
 ## generate: regenerate Go code from the .proto files
-generate: $(PROTOC_GEN_GO)
+generate: deps $(PROTOC_GEN_GO)
 	protoc --plugin=protoc-gen-go=$(PROTOC_GEN_GO) --go_out=. --go_opt=paths=source_relative $(PROTOS)
 
 ## verify-generated: fail if the committed generated code is stale

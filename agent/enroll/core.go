@@ -22,12 +22,15 @@ type Ports struct {
 
 func (p Ports) validate() error {
 	var missing []string
-	for name, v := range map[string]any{
-		"Resolver": p.Resolver, "Policy": p.Policy, "Opener": p.Opener,
-		"Redirector": p.Redirector, "Proxy": p.Proxy, "Status": p.Status,
+	for _, port := range []struct {
+		name string
+		set  bool
+	}{
+		{"Resolver", p.Resolver != nil}, {"Policy", p.Policy != nil}, {"Opener", p.Opener != nil},
+		{"Redirector", p.Redirector != nil}, {"Proxy", p.Proxy != nil}, {"Status", p.Status != nil},
 	} {
-		if v == nil {
-			missing = append(missing, name)
+		if !port.set {
+			missing = append(missing, port.name)
 		}
 	}
 	if len(missing) > 0 {

@@ -262,7 +262,11 @@ func (s *Server) handle(ctx context.Context, c *conn) {
 		snapshot = append(snapshot, w)
 	}
 	s.mu.Unlock()
-	go c.readLoop()
+	s.wg.Add(1) // handle holds a count, so this never races Wait at zero
+	go func() {
+		defer s.wg.Done()
+		c.readLoop()
+	}()
 
 	logger.Info("ztunnel connected, replaying snapshot", "workloads", len(snapshot))
 	start := time.Now()

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+	"k8s.io/klog/v2/ktesting"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
@@ -45,7 +46,8 @@ func startServer(t testing.TB, cfg zds.Config) *zds.Server {
 	if err != nil {
 		t.Fatalf("Listen: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(ctx) }()
 	t.Cleanup(func() {
@@ -190,10 +192,12 @@ func TestSocketFile(t *testing.T) {
 func TestBadHelloClosesConnection(t *testing.T) {
 	s := startServer(t, zds.Config{HelloTimeout: 300 * time.Millisecond})
 	cases := map[string]func(*zdstest.Client) error{
-		"no hello":      func(*zdstest.Client) error { return nil },
-		"version 0":     func(c *zdstest.Client) error { return c.SendRaw(mustMarshal(t, &zdspb.ZdsHello{})) },
-		"garbage":       func(c *zdstest.Client) error { return c.SendRaw([]byte{0xff, 0xff, 0xff}) },
-		"hello with fd": func(c *zdstest.Client) error { return c.SendRaw(mustMarshal(t, &zdspb.ZdsHello{Version: zdspb.Version_V1}), 0) },
+		"no hello":  func(*zdstest.Client) error { return nil },
+		"version 0": func(c *zdstest.Client) error { return c.SendRaw(mustMarshal(t, &zdspb.ZdsHello{})) },
+		"garbage":   func(c *zdstest.Client) error { return c.SendRaw([]byte{0xff, 0xff, 0xff}) },
+		"hello with fd": func(c *zdstest.Client) error {
+			return c.SendRaw(mustMarshal(t, &zdspb.ZdsHello{Version: zdspb.Version_V1}), 0)
+		},
 	}
 	for name, send := range cases {
 		t.Run(name, func(t *testing.T) {

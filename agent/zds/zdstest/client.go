@@ -204,6 +204,7 @@ type Ztunnel struct {
 	c        *Client
 	done     chan error
 	notify   chan struct{}
+	stopOnce sync.Once
 }
 
 // Start connects to path and serves in the background until Stop.
@@ -267,13 +268,15 @@ func (z *Ztunnel) WaitFor(ctx context.Context, cond func([]*Request) bool) error
 	}
 }
 
-// Stop disconnects and closes every fd received.
+// Stop disconnects and closes every fd received. It is idempotent.
 func (z *Ztunnel) Stop() {
-	_ = z.c.Close()
-	<-z.done
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	for _, r := range z.requests {
-		r.Close()
-	}
+	z.stopOnce.Do(func() {
+		_ = z.c.Close()
+		<-z.done
+		z.mu.Lock()
+		defer z.mu.Unlock()
+		for _, r := range z.requests {
+			r.Close()
+		}
+	})
 }

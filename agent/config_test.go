@@ -1,0 +1,75 @@
+package agent
+
+import (
+	"flag"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	cfg := DefaultConfig()
+	cfg.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	err := ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	return cfg, err
+}
+
+func TestEnvFillsFlagsCommandLineWins(t *testing.T) {
+	cfg, err := parse(t, []string{"--ztunnel-socket=/from/flag.sock"}, map[string]string{
+		"MESHLET_ZTUNNEL_SOCKET":          "/from/env.sock",
+		"MESHLET_NODE_NAME":               "node-a",
+		"MESHLET_EXCLUDED_NAMESPACES":     "kube-system, infra",
+		"MESHLET_DENIED_RUNTIME_HANDLERS": "runsc,kata",
+		"MESHLET_DNS_CAPTURE":             "false",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ZtunnelSocket != "/from/flag.sock" {
+		t.Errorf("ztunnel socket %q: the command line must win over the environment", cfg.ZtunnelSocket)
+	}
+	if cfg.NodeName != "node-a" || cfg.Policy.DNSCapture {
+		t.Errorf("env not applied: %+v", cfg)
+	}
+	if !slices.Equal(cfg.Policy.ExcludedNamespaces, []string{"kube-system", "infra"}) ||
+		!slices.Equal(cfg.Policy.DeniedRuntimeHandlers, []string{"runsc", "kata"}) {
+		t.Errorf("lists: %q %q", cfg.Policy.ExcludedNamespaces, cfg.Policy.DeniedRuntimeHandlers)
+	}
+}
+
+func TestDefaultsAreIstios(t *testing.T) {
+	cfg, err := parse(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Policy.DNSCapture || !cfg.Policy.IPv6 || !slices.Equal(cfg.Policy.ExcludedNamespaces, []string{"kube-system"}) ||
+		cfg.ZtunnelSocket != "/var/run/ztunnel/ztunnel.sock" {
+		t.Fatalf("defaults %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadEnvNamesVariableAndFlag(t *testing.T) {
+	_, err := parse(t, nil, map[string]string{"MESHLET_IPV6": "sometimes"})
+	if err == nil || !strings.Contains(err.Error(), "MESHLET_IPV6") || !strings.Contains(err.Error(), "--ipv6") {
+		t.Fatalf("error %v, want one naming MESHLET_IPV6 and --ipv6", err)
+	}
+}
+
+func TestValidateNamesFlag(t *testing.T) {
+	cfg, _ := parse(t, []string{"--ztunnel-socket="}, nil)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--ztunnel-socket") {
+		t.Fatalf("Validate = %v, want an error naming --ztunnel-socket", err)
+	}
+	cfg, _ = parse(t, []string{"--dataplane-mode-label="}, nil)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--dataplane-mode-label") {
+		t.Fatalf("Validate = %v, want an error naming --dataplane-mode-label", err)
+	}
+}

@@ -1,0 +1,68 @@
+package enroll
+
+import (
+	"context"
+	"fmt"
+	"testing"
+)
+
+// No-op ports: BenchmarkEnrollNoop measures the core's own overhead.
+type nopResolver struct{}
+
+func (nopResolver) Resolve(context.Context, *Pod) (PodInfo, error) {
+	return PodInfo{ServiceAccount: "default"}, nil
+}
+
+type nopNetns struct{ inode uint64 }
+
+func (n nopNetns) Fd() uintptr   { return 0 }
+func (n nopNetns) Inode() uint64 { return n.inode }
+func (n nopNetns) Close() error  { return nil }
+
+type inodeOpener struct{ inodes map[string]nopNetns }
+
+func (o inodeOpener) Open(path string) (Netns, error) { return o.inodes[path], nil }
+
+type nopPorts struct{}
+
+func (nopPorts) Apply(context.Context, *Workload) error               { return nil }
+func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error { return nil }
+func (nopPorts) AddWorkload(context.Context, *Workload) error         { return nil }
+func (nopPorts) DelWorkload(context.Context, string) error            { return nil }
+func (nopPorts) Report(PodRef, RedirectionStatus)                     {}
+
+// BenchmarkEnrollNoop: Enroll of an already-enrolled pod (the common case:
+// Synchronize after a restart, label watchers) with N pods enrolled. Cost
+// and allocations must not grow with N.
+func BenchmarkEnrollNoop(b *testing.B) {
+	for _, n := range []int{10, 10_000} {
+		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
+			opener := inodeOpener{inodes: map[string]nopNetns{}}
+			c, err := New(Ports{Resolver: nopResolver{}, Policy: labelPolicy{}, Opener: opener,
+				Redirector: nopPorts{}, Proxy: nopPorts{}, Status: nopPorts{}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pods := make([]Pod, n)
+			for i := range pods {
+				path := fmt.Sprintf("/netns/%d", i)
+				opener.inodes[path] = nopNetns{inode: uint64(i + 1)}
+				pods[i] = Pod{UID: fmt.Sprintf("uid-%d", i), Name: "p", Namespace: "ns", Labels: meshOn, NetnsPath: path}
+				if _, err := c.Enroll(context.Background(), pods[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				res, err := c.Enroll(ctx, pods[i%n])
+				if err != nil || res.Changed {
+					b.Fatalf("Enroll = %+v, %v; want a no-op", res, err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -1,0 +1,403 @@
+package enroll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var ctx = context.Background()
+
+func wantCalls(t *testing.T, h *harness, want ...string) {
+	t.Helper()
+	if got := h.rec.take(); !slices.Equal(got, want) {
+		t.Fatalf("port calls\n got  %q\n want %q", got, want)
+	}
+}
+
+func wantState(t *testing.T, h *harness, uid string, st State, reasonHas string) PodStatus {
+	t.Helper()
+	s, ok := h.core.Status(uid)
+	if !ok {
+		t.Fatalf("pod %s unknown to the core", uid)
+	}
+	if s.State != st || !strings.Contains(s.Reason, reasonHas) {
+		t.Fatalf("pod %s: state %s reason %q, want %s with %q", uid, s.State, s.Reason, st, reasonHas)
+	}
+	return s
+}
+
+func TestEnrollLabelledPod(t *testing.T) {
+	h := newHarness(t)
+	res, err := h.core.Enroll(ctx, h.pod("a", 100, meshOn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Enrolled || !res.Changed || res.Reason != "pod-label" {
+		t.Fatalf("result %+v", res)
+	}
+	wantCalls(t, h, "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	if st := wantState(t, h, "a", StateEnrolled, "pod-label"); st.NetnsInode != 100 {
+		t.Fatalf("status inode %d", st.NetnsInode)
+	}
+	if got := h.status.of("a"); !slices.Equal(got, []RedirectionStatus{RedirectionPending, RedirectionEnabled}) {
+		t.Fatalf("status reports %v, want pending then enabled", got)
+	}
+	if h.opener.openCount() != 1 {
+		t.Fatalf("%d netns fds open, want 1 held", h.opener.openCount())
+	}
+}
+
+func TestEnrollIsIdempotent(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	for range 3 {
+		if _, err := h.core.Enroll(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := h.core.Enroll(ctx, p)
+	if err != nil || !res.Enrolled || res.Changed {
+		t.Fatalf("repeat Enroll = %+v, %v; want enrolled and unchanged", res, err)
+	}
+	wantCalls(t, h, "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	if h.opener.openCount() != 1 {
+		t.Fatalf("%d netns fds open after repeats, want 1", h.opener.openCount())
+	}
+}
+
+func TestEnrollNewNetnsReplacesOld(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.core.Enroll(ctx, h.pod("a", 100, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	res, err := h.core.Enroll(ctx, h.pod("a", 200, meshOn))
+	if err != nil || !res.Changed {
+		t.Fatalf("Enroll with new netns = %+v, %v", res, err)
+	}
+	// The old sandbox is going away: only host-side state is removed, and
+	// the old netns is never entered.
+	wantCalls(t, h, "del a", "remove a inode=100 scope=host", "apply a inode=200 dns=true", "add a inode=200 sa=sa-name-a")
+	wantState(t, h, "a", StateEnrolled, "")
+	if h.opener.openCount() != 1 {
+		t.Fatalf("%d netns fds open, want only the new one", h.opener.openCount())
+	}
+}
+
+func TestEnrollChangedOptionsSameNetnsReapplies(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	p.Annotations = map[string]string{"dns": "off"}
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=false", "add a inode=100 sa=sa-name-a")
+}
+
+func TestEnrollRollback(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name   string
+		break_ func(h *harness, p *Pod)
+		step   Step
+		calls  []string
+		status []RedirectionStatus
+	}{
+		{"resolve fails", func(h *harness, p *Pod) { h.resolver.err = boom }, StepResolve, nil, nil},
+		{"netns missing", func(h *harness, p *Pod) { p.NetnsPath = "/netns/gone" }, StepNetns, nil, nil},
+		{"no netns path", func(h *harness, p *Pod) { p.NetnsPath = "" }, StepNetns, nil, nil},
+		{"redirect fails", func(h *harness, p *Pod) { h.redir.failApply = boom }, StepRedirect,
+			[]string{"apply a inode=100 dns=true"}, nil},
+		{"ztunnel fails", func(h *harness, p *Pod) { h.proxy.failAdd = boom }, StepProxy,
+			[]string{"apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a", "remove a inode=100 scope=all"},
+			[]RedirectionStatus{RedirectionPending, RedirectionRemoved}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			p := h.pod("a", 100, meshOn)
+			c.break_(h, &p)
+			res, err := h.core.Enroll(ctx, p)
+			if err == nil || res.Enrolled {
+				t.Fatalf("Enroll = %+v, %v; want a failure", res, err)
+			}
+			if FailedStep(err) != c.step {
+				t.Fatalf("failed step %q (%v), want %q", FailedStep(err), err, c.step)
+			}
+			if !strings.Contains(err.Error(), "pod a") {
+				t.Fatalf("error %q does not name the pod", err)
+			}
+			wantCalls(t, h, c.calls...)
+			wantState(t, h, "a", StateFailed, string(c.step))
+			if h.opener.openCount() != 0 {
+				t.Fatalf("%d netns fds left open after a failed enrollment", h.opener.openCount())
+			}
+			if h.redir.has("a") || len(h.proxy.uids()) != 0 {
+				t.Fatalf("failed enrollment left rules or a ztunnel workload behind")
+			}
+			if got := h.status.of("a"); !slices.Equal(got, c.status) {
+				t.Fatalf("status reports %v, want %v", got, c.status)
+			}
+
+			// Once the cause is gone, a retry enrolls.
+			h.resolver.err, h.redir.failApply, h.proxy.failAdd = nil, nil, nil
+			p = h.pod("a", 100, meshOn)
+			if _, err := h.core.Enroll(ctx, p); err != nil {
+				t.Fatalf("retry: %v", err)
+			}
+			wantState(t, h, "a", StateEnrolled, "")
+		})
+	}
+}
+
+func TestResolveFailureKeepsEnrolledPod(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	h.resolver.err = errors.New("api down")
+	res, err := h.core.Enroll(ctx, p)
+	if FailedStep(err) != StepResolve || !res.Enrolled {
+		t.Fatalf("Enroll with resolver down = %+v, %v; want resolve error and still enrolled", res, err)
+	}
+	wantCalls(t, h)
+	wantState(t, h, "a", StateEnrolled, "")
+}
+
+func TestSkippedPods(t *testing.T) {
+	h := newHarness(t)
+	plain := h.pod("plain", 1, nil)
+	host := Pod{UID: "host", Name: "host", Namespace: "default", HostNetwork: true, Labels: meshOn}
+	for _, p := range []Pod{plain, host} {
+		res, err := h.core.Enroll(ctx, p)
+		if err != nil || res.Enrolled {
+			t.Fatalf("Enroll(%s) = %+v, %v", p.UID, res, err)
+		}
+	}
+	wantCalls(t, h)
+	wantState(t, h, "plain", StateSkipped, "not-selected")
+	wantState(t, h, "host", StateSkipped, "host-network")
+	if h.opener.openCount() != 0 {
+		t.Fatalf("netns opened for a skipped pod")
+	}
+}
+
+func TestRelease(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.core.Enroll(ctx, h.pod("a", 100, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if err := h.core.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=host")
+	wantState(t, h, "a", StateReleased, "stopped")
+	if h.opener.openCount() != 0 {
+		t.Fatalf("netns still held after release")
+	}
+	// Releasing again, or an unknown pod, does nothing.
+	if err := h.core.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.core.Release(ctx, "never-seen"); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+	if err := h.core.Forget(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.core.Status("a"); ok {
+		t.Fatal("forgotten pod still known")
+	}
+}
+
+func TestReconcile(t *testing.T) {
+	h := newHarness(t)
+	kept := h.pod("kept", 1, meshOn)
+	stale := h.pod("stale", 2, meshOn)
+	for _, p := range []Pod{kept, stale} {
+		if _, err := h.core.Enroll(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.rec.take()
+	missing := h.pod("missing", 3, meshOn)
+	plain := h.pod("plain", 4, nil)
+	broken := h.pod("broken", 5, meshOn)
+	broken.NetnsPath = "/netns/none"
+	err := h.core.Reconcile(ctx, []Pod{kept, missing, plain, broken})
+	if FailedStep(err) != StepNetns || !strings.Contains(err.Error(), "broken") {
+		t.Fatalf("Reconcile error %v, want the broken pod's netns failure", err)
+	}
+	got := h.rec.take()
+	slices.Sort(got)
+	want := []string{"add missing inode=3 sa=sa-name-missing", "apply missing inode=3 dns=true", "del stale", "remove stale inode=2 scope=host"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("reconcile calls\n got  %q\n want %q (no duplicate add for the unchanged pod)", got, want)
+	}
+	if _, ok := h.core.Status("stale"); ok {
+		t.Fatal("stale pod still known")
+	}
+	wantState(t, h, "missing", StateEnrolled, "")
+	wantState(t, h, "plain", StateSkipped, "")
+	wantState(t, h, "broken", StateFailed, "netns")
+	if h.opener.openCount() != 2 {
+		t.Fatalf("%d netns held, want 2 (kept, missing)", h.opener.openCount())
+	}
+}
+
+func TestReevaluateNamespaceLabel(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, nil)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, h, "a", StateSkipped, "not-selected")
+
+	h.resolver.setNamespace("default", meshOn)
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, h, "a", StateEnrolled, "namespace-label")
+	wantCalls(t, h, "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+
+	h.resolver.setNamespace("default", nil)
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The pod keeps running: its in-pod rules must go too.
+	wantCalls(t, h, "del a", "remove a inode=100 scope=all")
+	wantState(t, h, "a", StateSkipped, "not-selected")
+	if got := h.status.of("a"); !slices.Equal(got, []RedirectionStatus{RedirectionPending, RedirectionEnabled, RedirectionRemoved}) {
+		t.Fatalf("status reports %v", got)
+	}
+	if h.opener.openCount() != 0 {
+		t.Fatal("netns still held after opt-out")
+	}
+
+	// Stopped pods are not revived.
+	h.resolver.setNamespace("default", meshOn)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.core.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+}
+
+// TestPodOptOutByLabel: a running pod whose own label changes is released
+// by its next Enroll (the watcher calls Enroll with the updated pod).
+func TestPodOptOutByLabel(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	p.Labels = nil
+	res, err := h.core.Enroll(ctx, p)
+	if err != nil || res.Enrolled || !res.Changed {
+		t.Fatalf("Enroll after opt-out = %+v, %v", res, err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=all")
+}
+
+func TestCallsForOnePodAreSerialisedOthersParallel(t *testing.T) {
+	h := newHarness(t)
+	// Parallelism: two different pods must be inside Apply at once.
+	both := make(chan struct{})
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	h.redir.hook = func(uid string) {
+		if uid == "p1" || uid == "p2" {
+			arrived.Done()
+			select {
+			case <-both:
+			case <-time.After(10 * time.Second):
+				t.Errorf("pod %s waited alone in Apply: different pods do not run in parallel", uid)
+			}
+		}
+	}
+	go func() { arrived.Wait(); close(both) }()
+	var wg sync.WaitGroup
+	for _, uid := range []string{"p1", "p2"} {
+		p := h.pod(uid, 1, meshOn)
+		wg.Go(func() {
+			if _, err := h.core.Enroll(ctx, p); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	h.redir.hook = nil
+
+	// Serialisation: hammer one pod with Enroll (two netns), Release and
+	// Reevaluate; no two Applies for it may overlap.
+	for i := range 200 {
+		p := h.pod("same", uint64(10+i%2), meshOn)
+		wg.Go(func() {
+			switch i % 4 {
+			case 0, 1:
+				_, _ = h.core.Enroll(ctx, p)
+			case 2:
+				_ = h.core.Release(ctx, "same")
+			case 3:
+				_ = h.core.Reevaluate(ctx)
+			}
+		})
+	}
+	wg.Wait()
+	if h.redir.maxPerPod != 1 {
+		t.Fatalf("%d concurrent Applies for one pod, want 1", h.redir.maxPerPod)
+	}
+	// Whatever the interleaving, the pod's final state is consistent.
+	st, _ := h.core.Status("same")
+	_, added := h.proxy.uids()["same"]
+	if (st.State == StateEnrolled) != added {
+		t.Fatalf("state %s but ztunnel has the pod: %t", st.State, added)
+	}
+	wantOpen := 2 // p1, p2
+	if st.State == StateEnrolled {
+		wantOpen++
+	}
+	if h.opener.openCount() != wantOpen {
+		t.Fatalf("%d netns open, want %d", h.opener.openCount(), wantOpen)
+	}
+}
+
+func TestPodsListsEveryKnownPod(t *testing.T) {
+	h := newHarness(t)
+	for i := range 5 {
+		if _, err := h.core.Enroll(ctx, h.pod(fmt.Sprint(i), uint64(i+1), meshOn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(h.core.Pods()); got != 5 {
+		t.Fatalf("Pods() has %d entries, want 5", got)
+	}
+}
+
+func TestNewRequiresEveryPort(t *testing.T) {
+	_, err := New(Ports{Policy: labelPolicy{}})
+	if err == nil || !strings.Contains(err.Error(), "Redirector") || !strings.Contains(err.Error(), "Proxy") {
+		t.Fatalf("New with missing ports: %v, want an error naming them", err)
+	}
+}

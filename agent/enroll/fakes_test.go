@@ -1,0 +1,262 @@
+package enroll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+)
+
+// Small fakes of the core's ports: the core's logic is pure, so unit tests
+// need no kernel. The real ports are tested against the kernel in their
+// own packages.
+
+type fakeResolver struct {
+	mu       sync.Mutex
+	nsLabels map[string]map[string]string // namespace → labels
+	err      error
+}
+
+func (r *fakeResolver) Resolve(_ context.Context, pod *Pod) (PodInfo, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return PodInfo{}, r.err
+	}
+	return PodInfo{ServiceAccount: "sa-" + pod.Name, NamespaceLabels: r.nsLabels[pod.Namespace]}, nil
+}
+
+func (r *fakeResolver) setNamespace(ns string, labels map[string]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nsLabels == nil {
+		r.nsLabels = map[string]map[string]string{}
+	}
+	r.nsLabels[ns] = labels
+}
+
+// labelPolicy enrolls pods labelled mesh=on or in a namespace labelled
+// mesh=on; annotation dns=off turns DNS capture off.
+type labelPolicy struct{}
+
+func (labelPolicy) Decide(pod *Pod, info PodInfo) Decision {
+	opts := Options{DNSCapture: pod.Annotations["dns"] != "off", IPv6: true}
+	switch {
+	case pod.HostNetwork:
+		return Decision{Reason: "host-network"}
+	case pod.Labels["mesh"] == "on":
+		return Decision{Enroll: true, Reason: "pod-label", Options: opts}
+	case info.NamespaceLabels["mesh"] == "on":
+		return Decision{Enroll: true, Reason: "namespace-label", Options: opts}
+	}
+	return Decision{Reason: "not-selected"}
+}
+
+type fakeNetns struct {
+	inode  uint64
+	opener *fakeOpener
+	once   sync.Once
+}
+
+func (n *fakeNetns) Fd() uintptr   { return uintptr(n.inode) }
+func (n *fakeNetns) Inode() uint64 { return n.inode }
+func (n *fakeNetns) Close() error {
+	closed := false
+	n.once.Do(func() { closed = true })
+	if !closed {
+		return errors.New("netns closed twice")
+	}
+	n.opener.mu.Lock()
+	n.opener.open--
+	n.opener.mu.Unlock()
+	return nil
+}
+
+type fakeOpener struct {
+	mu     sync.Mutex
+	inodes map[string]uint64 // path → inode; missing path: ENOENT
+	open   int
+}
+
+func (o *fakeOpener) Open(path string) (Netns, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	ino, ok := o.inodes[path]
+	if !ok {
+		return nil, fmt.Errorf("open %s: no such file or directory", path)
+	}
+	o.open++
+	return &fakeNetns{inode: ino, opener: o}, nil
+}
+
+func (o *fakeOpener) set(path string, inode uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.inodes[path] = inode
+}
+
+func (o *fakeOpener) openCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.open
+}
+
+// recorder logs port calls in order, for asserting sequences.
+type recorder struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (r *recorder) add(format string, args ...any) {
+	r.mu.Lock()
+	r.calls = append(r.calls, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+func (r *recorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.calls
+	r.calls = nil
+	return c
+}
+
+type fakeRedirector struct {
+	rec       *recorder
+	mu        sync.Mutex
+	applied   map[string]Options // uid → options with rules in place
+	failApply error
+	inflight  map[string]int
+	maxPerPod int
+	hook      func(uid string) // called inside Apply, unlocked
+}
+
+func (f *fakeRedirector) Apply(_ context.Context, w *Workload) error {
+	f.mu.Lock()
+	f.inflight[w.UID]++
+	f.maxPerPod = max(f.maxPerPod, f.inflight[w.UID])
+	hook, fail := f.hook, f.failApply
+	f.mu.Unlock()
+	if hook != nil {
+		hook(w.UID)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.inflight[w.UID]--
+	f.rec.add("apply %s inode=%d dns=%t", w.UID, w.Netns.Inode(), w.Options.DNSCapture)
+	if fail != nil {
+		return fail
+	}
+	f.applied[w.UID] = w.Options
+	return nil
+}
+
+func (f *fakeRedirector) Remove(_ context.Context, w *Workload, scope RemoveScope) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	name := map[RemoveScope]string{RemoveHostOnly: "host", RemoveAll: "all"}[scope]
+	f.rec.add("remove %s inode=%d scope=%s", w.UID, w.Netns.Inode(), name)
+	if scope == RemoveAll {
+		delete(f.applied, w.UID)
+	}
+	return nil
+}
+
+func (f *fakeRedirector) has(uid string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.applied[uid]
+	return ok
+}
+
+type fakeProxy struct {
+	rec     *recorder
+	mu      sync.Mutex
+	added   map[string]*Workload
+	failAdd error
+}
+
+func (f *fakeProxy) AddWorkload(_ context.Context, w *Workload) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rec.add("add %s inode=%d sa=%s", w.UID, w.Netns.Inode(), w.ServiceAccount)
+	if f.failAdd != nil {
+		return f.failAdd
+	}
+	f.added[w.UID] = w
+	return nil
+}
+
+func (f *fakeProxy) DelWorkload(_ context.Context, uid string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rec.add("del %s", uid)
+	delete(f.added, uid)
+	return nil
+}
+
+func (f *fakeProxy) uids() map[string]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]bool{}
+	for uid := range maps.Keys(f.added) {
+		out[uid] = true
+	}
+	return out
+}
+
+type fakeStatus struct {
+	mu      sync.Mutex
+	reports map[string][]RedirectionStatus
+}
+
+func (f *fakeStatus) Report(pod PodRef, s RedirectionStatus) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reports[pod.UID] = append(f.reports[pod.UID], s)
+}
+
+func (f *fakeStatus) of(uid string) []RedirectionStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]RedirectionStatus(nil), f.reports[uid]...)
+}
+
+type harness struct {
+	core     *Core
+	rec      *recorder
+	resolver *fakeResolver
+	opener   *fakeOpener
+	redir    *fakeRedirector
+	proxy    *fakeProxy
+	status   *fakeStatus
+}
+
+func newHarness(t interface{ Fatal(...any) }) *harness {
+	rec := &recorder{}
+	h := &harness{
+		rec:      rec,
+		resolver: &fakeResolver{},
+		opener:   &fakeOpener{inodes: map[string]uint64{}},
+		redir:    &fakeRedirector{rec: rec, applied: map[string]Options{}, inflight: map[string]int{}},
+		proxy:    &fakeProxy{rec: rec, added: map[string]*Workload{}},
+		status:   &fakeStatus{reports: map[string][]RedirectionStatus{}},
+	}
+	c, err := New(Ports{Resolver: h.resolver, Policy: labelPolicy{}, Opener: h.opener,
+		Redirector: h.redir, Proxy: h.proxy, Status: h.status})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.core = c
+	return h
+}
+
+// pod returns a pod with a netns at /netns/<uid> of the given inode.
+func (h *harness) pod(uid string, inode uint64, labels map[string]string) Pod {
+	path := "/netns/" + uid
+	h.opener.set(path, inode)
+	return Pod{UID: uid, Name: "name-" + uid, Namespace: "default", Labels: labels, NetnsPath: path}
+}
+
+var meshOn = map[string]string{"mesh": "on"}

@@ -1,0 +1,210 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// noRules stands in for the in-pod redirector, which is tested against the
+// kernel in agent/redirect; here the subject is the core driving real
+// namespaces and a real ZDS socket.
+type noRules struct{}
+
+func (noRules) Apply(context.Context, *enroll.Workload) error                      { return nil }
+func (noRules) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error { return nil }
+
+type noStatus struct{}
+
+func (noStatus) Report(enroll.PodRef, enroll.RedirectionStatus) {}
+
+func shortDir(t *testing.T) string {
+	dir, err := os.MkdirTemp("", "meshlet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func countFds(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents) - 1
+}
+
+// TestCoreWithRealZDSAndNamespaces: pods enrolled by the core reach a
+// ztunnel stand-in over the real socket with fds of their own namespaces; a
+// reconnecting ztunnel gets them all back; release sends Del and closes
+// every fd.
+func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
+	privtest.RequireRoot(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(shortDir(t), "z.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- server.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Error(err)
+		}
+		server.Close()
+	}()
+	pol, err := policy.New(policy.Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Opener: netnsOpener{},
+		Redirector: noRules{}, Proxy: server, Status: noStatus{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
+	pods := []enroll.Pod{
+		{UID: "uid-a", Name: "a", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t)},
+		{UID: "uid-b", Name: "b", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t)},
+		{UID: "uid-plain", Name: "plain", Namespace: "app", NetnsPath: netnstest.New(t)},
+	}
+	baseline := countFds(t)
+
+	// No ztunnel yet: a mesh pod must not be reported enrolled.
+	if _, err := core.Enroll(ctx, pods[0]); enroll.FailedStep(err) != enroll.StepProxy {
+		t.Fatalf("Enroll without ztunnel = %v, want a ztunnel failure", err)
+	}
+	if got := countFds(t); got != baseline {
+		t.Fatalf("failed enrollment leaked %d fds", got-baseline)
+	}
+
+	zt := &zdstest.Ztunnel{}
+	if err := zt.Start(server.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, done := context.WithTimeout(ctx, 10*time.Second)
+	defer done()
+	hasSnapshotSent := func(rs []*zdstest.Request) bool {
+		for _, r := range rs {
+			if r.Kind == zdstest.SnapshotSent {
+				return true
+			}
+		}
+		return false
+	}
+	if err := zt.WaitFor(waitCtx, hasSnapshotSent); err != nil {
+		t.Fatal(err)
+	}
+	if err := core.Reconcile(ctx, pods); err != nil {
+		t.Fatal(err)
+	}
+	adds := map[string]uint64{}
+	for _, r := range zt.Requests() {
+		if r.Kind == zdstest.Add {
+			adds[r.UID] = r.NetnsInode
+			if r.Info.GetServiceAccount() != "default" || r.Info.GetNamespace() != "app" {
+				t.Errorf("add %s: workload info %v", r.UID, r.Info)
+			}
+		}
+	}
+	for _, p := range pods[:2] {
+		st, _ := core.Status(p.UID)
+		if st.State != enroll.StateEnrolled || adds[p.UID] != st.NetnsInode || st.NetnsInode == 0 {
+			t.Errorf("pod %s: state %s inode %d, ztunnel got inode %d", p.Name, st.State, st.NetnsInode, adds[p.UID])
+		}
+	}
+	if _, ok := adds["uid-plain"]; ok || len(adds) != 2 {
+		t.Fatalf("ztunnel got adds %v, want exactly the two mesh pods", adds)
+	}
+
+	// ztunnel restarts: the new connection is replayed both pods.
+	zt.Stop()
+	zt2 := &zdstest.Ztunnel{}
+	if err := zt2.Start(server.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	defer zt2.Stop()
+	if err := zt2.WaitFor(waitCtx, hasSnapshotSent); err != nil {
+		t.Fatal(err)
+	}
+	replayed := map[string]uint64{}
+	for _, r := range zt2.Requests() {
+		if r.Kind == zdstest.Add {
+			replayed[r.UID] = r.NetnsInode
+		}
+	}
+	if len(replayed) != 2 || replayed["uid-a"] != adds["uid-a"] || replayed["uid-b"] != adds["uid-b"] {
+		t.Fatalf("replay %v, want %v", replayed, adds)
+	}
+
+	// Pods stop: Del each, every held fd closed.
+	if err := core.Reconcile(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	dels := 0
+	for _, r := range zt2.Requests() {
+		if r.Kind == zdstest.Del {
+			dels++
+		}
+	}
+	if dels != 2 {
+		t.Fatalf("ztunnel got %d dels, want 2", dels)
+	}
+	zt2.Stop()
+	// The server closes its end of the connection when it reads EOF.
+	for deadline := time.Now().Add(5 * time.Second); server.Connections() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("server still has a connection after ztunnel left")
+		}
+	}
+	if got := countFds(t); got > baseline {
+		t.Fatalf("%d fds open after all pods left, baseline %d", got, baseline)
+	}
+}
+
+func TestRunServesUntilCancelled(t *testing.T) {
+	privtest.RequireRoot(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	cfg := DefaultConfig()
+	cfg.ZtunnelSocket = filepath.Join(shortDir(t), "run", "z.sock")
+	errc := make(chan error, 1)
+	go func() { errc <- Run(ctx, cfg) }()
+	var c *zdstest.Client
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var err error
+		if c, err = zdstest.Dial(cfg.ZtunnelSocket); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon never listened: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	defer c.Close()
+	if _, err := c.ReadSnapshot(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(cfg.ZtunnelSocket); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind: %v", err)
+	}
+}

@@ -1,0 +1,52 @@
+package zds_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/zds"
+)
+
+// BenchmarkZDSAdd: one Add carrying a netns fd, and its Ack, over a real
+// SEQPACKET socket to a ztunnel stand-in that checks the fd is a netns
+// (as ztunnel would use it). Reports p50/p99 besides the mean.
+func BenchmarkZDSAdd(b *testing.B) {
+	s := startServer(b, zds.Config{})
+	c := dial(b, s)
+	if _, err := c.ReadSnapshot(5 * time.Second); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for {
+			r, err := c.Recv(time.Minute)
+			if err != nil {
+				done <- err
+				return
+			}
+			r.Close()
+			if err := c.Ack(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	w := workload(b, "bench")
+	ctx := context.Background()
+	var lat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if err := s.AddWorkload(ctx, w); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2])/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100])/1e3, "p99-µs")
+	_ = c.Close()
+	<-done
+}

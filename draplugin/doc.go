@@ -1,0 +1,5 @@
+// Package draplugin will hold meshlet's DRA kubelet plugin: a `mesh` device
+// advertised in a ResourceSlice only while the node can enroll pods, and
+// Prepare/Unprepare of ResourceClaims carrying validated per-pod mesh
+// settings (apis/v1alpha1). It lands with the DRA issue.
+package draplugin

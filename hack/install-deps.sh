@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what building, linting and testing meshlet need on Debian/Ubuntu,
+# as root. Idempotent: a second run changes nothing. Go tools (protoc-gen-go,
+# staticcheck) are installed by the Makefile into ~/.cache/meshlet, keyed by
+# version.
+set -euo pipefail
+
+need=()
+command -v protoc >/dev/null || need+=(protobuf-compiler)
+command -v make >/dev/null || need+=(make)
+command -v ip >/dev/null || need+=(iproute2)
+command -v gcc >/dev/null || need+=(gcc libc6-dev) # go test -race needs cgo
+command -v git >/dev/null || need+=(git)
+
+if ((${#need[@]})); then
+  echo "install-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null; then
+  echo "install-deps: Go is not on PATH (expected /usr/local/go/bin); install Go 1.26 first" >&2
+  exit 1
+fi
+echo "install-deps: $(go version), $(protoc --version)"
