@@ -242,7 +242,6 @@ func (c *Core) setState(s *slot, st State, reason string) {
 // converge makes the pod in s what policy wants. s.mu is held.
 func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
 	pod := &s.pod
-	logger := klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
 
 	info, err := c.ports.Resolver.Resolve(ctx, pod)
 	if err != nil {
@@ -250,13 +249,13 @@ func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
 	}
 	d := c.ports.Policy.Decide(pod, info)
 	for _, w := range d.Warnings {
-		logger.Info("Pod setting ignored", "warning", w)
+		podLogger(ctx, pod).Info("Pod setting ignored", "warning", w)
 	}
 	if !d.Enroll {
 		changed := s.state != StateSkipped || s.workload != nil
 		var err error
 		if s.workload != nil {
-			logger.Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
+			podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
 			err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
 			c.ports.Status.Report(s.ref(), RedirectionRemoved)
 		}
@@ -285,9 +284,9 @@ func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
 		if old.Netns.Inode() == ns.Inode() {
 			scope = RemoveAll
 		}
-		logger.V(2).Info("Pod changed, re-enrolling", "oldNetnsInode", old.Netns.Inode(), "netnsInode", ns.Inode())
+		podLogger(ctx, pod).V(2).Info("Pod changed, re-enrolling", "oldNetnsInode", old.Netns.Inode(), "netnsInode", ns.Inode())
 		if err := c.release(ctx, s, scope, StateReleased, "replaced"); err != nil {
-			logger.Error(err, "Releasing the previous enrollment reported an error; continuing")
+			podLogger(ctx, pod).Error(err, "Releasing the previous enrollment reported an error; continuing")
 		}
 	}
 
@@ -298,7 +297,9 @@ func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
 	}
 	c.ports.Status.Report(s.ref(), RedirectionPending)
 	if err := c.ports.Proxy.AddWorkload(ctx, want); err != nil {
-		if rerr := c.ports.Redirector.Remove(ctx, want, RemoveAll); rerr != nil {
+		// The caller's deadline may be what failed the add; the rollback
+		// must run regardless.
+		if rerr := c.ports.Redirector.Remove(context.WithoutCancel(ctx), want, RemoveAll); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("rollback redirection: %w", rerr))
 		}
 		_ = ns.Close()
@@ -308,7 +309,7 @@ func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
 	s.workload = want
 	c.setState(s, StateEnrolled, d.Reason)
 	c.ports.Status.Report(s.ref(), RedirectionEnabled)
-	logger.V(2).Info("Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
+	podLogger(ctx, pod).V(2).Info("Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
 }
 
@@ -319,8 +320,7 @@ func (c *Core) fail(ctx context.Context, s *slot, step Step, err error) (Result,
 	if s.workload == nil {
 		c.setState(s, StateFailed, fmt.Sprintf("%s: %v", step, err))
 	}
-	klog.FromContext(ctx).V(2).Info("Enrollment step failed", "pod", klog.KRef(s.pod.Namespace, s.pod.Name),
-		"podUID", s.pod.UID, "step", step, "err", err)
+	podLogger(ctx, &s.pod).V(2).Info("Enrollment step failed", "step", step, "err", err)
 	return Result{Enrolled: s.workload != nil}, e
 }
 
@@ -333,6 +333,9 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 		return nil
 	}
 	c.setState(s, StateReleasing, reason)
+	// Every step runs even when the caller's deadline passes: the ZDS Del
+	// then fails by closing the ztunnel connection, and ztunnel's reconnect
+	// replays a snapshot without this pod, which is the same outcome.
 	var errs []error
 	if err := c.ports.Proxy.DelWorkload(ctx, w.UID); err != nil {
 		errs = append(errs, fmt.Errorf("ztunnel del: %w", err))
@@ -383,4 +386,10 @@ func (c *Core) parallel(n int, fn func(i int) error) []error {
 		}
 	}
 	return out
+}
+
+// podLogger is built only where something is logged: the no-op path of
+// Enroll stays free of logger allocations.
+func podLogger(ctx context.Context, pod *Pod) klog.Logger {
+	return klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
 }

@@ -382,8 +382,15 @@ func (s *Server) unregister(ctx context.Context, w *workload, failed *conn) {
 	others := s.otherConns(failed)
 	s.mu.Unlock()
 	w.retire()
+	if len(others) == 0 {
+		return
+	}
+	// The caller's deadline may be what failed the Add: clean up on a
+	// context of our own, or an expired one would close these connections.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AckTimeout)
+	defer cancel()
 	for _, c := range others {
-		_ = c.request(ctx, delRequest(w.uid), "del", w.uid, nil)
+		_ = c.request(cctx, delRequest(w.uid), "del", w.uid, nil)
 	}
 }
 

@@ -543,3 +543,70 @@ func TestShutdownRemovesSocket(t *testing.T) {
 }
 
 var _ enroll.Netns = (*netns.Handle)(nil)
+
+// TestDelDuringReplayIsNeverFollowedByItsAdd: a workload deleted while a new
+// connection's snapshot is being replayed must not reach that connection as
+// an Add after (or without) its Del.
+func TestDelDuringReplayIsNeverFollowedByItsAdd(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	old := &zdstest.Ztunnel{}
+	if err := old.Start(s.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	defer old.Stop()
+	waitConns(t, s, 1)
+	for _, uid := range []string{"w1", "w2"} {
+		if err := s.AddWorkload(context.Background(), workload(t, uid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	joining := dial(t, s)
+	first, err := joining.Recv(wait) // the replay's first Add; not acked yet
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	other := map[string]string{"w1": "w2", "w2": "w1"}[first.UID]
+
+	delDone := make(chan error, 1)
+	go func() { delDone <- s.DelWorkload(context.Background(), other) }()
+	// The old connection sees the Del only after the workload was retired.
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := old.WaitFor(ctx, func(rs []*zdstest.Request) bool {
+		for _, r := range rs {
+			if r.Kind == zdstest.Del && r.UID == other {
+				return true
+			}
+		}
+		return false
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := joining.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for len(seen) < 2 {
+		r, err := joining.Recv(wait)
+		if err != nil {
+			t.Fatalf("after %v: %v", seen, err)
+		}
+		r.Close()
+		if r.Kind == zdstest.Add && r.UID == other {
+			t.Fatalf("joining connection got add %s after it was deleted (seen %v)", other, seen)
+		}
+		seen = append(seen, string(r.Kind)+" "+r.UID)
+		if err := joining.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-delDone; err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(seen, ",")
+	if got != "del "+other+",snapshot_sent " && got != "snapshot_sent ,del "+other {
+		t.Fatalf("joining connection got %q, want the Del and SnapshotSent only", got)
+	}
+}
