@@ -98,27 +98,16 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 	waitCtx, done := context.WithTimeout(ctx, 10*time.Second)
 	defer done()
-	hasSnapshotSent := func(rs []*zdstest.Request) bool {
-		for _, r := range rs {
-			if r.Kind == zdstest.SnapshotSent {
-				return true
-			}
-		}
-		return false
-	}
-	if err := zt.WaitFor(waitCtx, hasSnapshotSent); err != nil {
+	if err := zt.WaitSnapshot(waitCtx); err != nil {
 		t.Fatal(err)
 	}
 	if err := core.Reconcile(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
-	adds := map[string]uint64{}
+	adds := zdstest.AddedInodes(zt.Requests())
 	for _, r := range zt.Requests() {
-		if r.Kind == zdstest.Add {
-			adds[r.UID] = r.NetnsInode
-			if r.Info.GetServiceAccount() != "default" || r.Info.GetNamespace() != "app" {
-				t.Errorf("add %s: workload info %v", r.UID, r.Info)
-			}
+		if r.Kind == zdstest.Add && (r.Info.GetServiceAccount() != "default" || r.Info.GetNamespace() != "app") {
+			t.Errorf("add %s: workload info %v", r.UID, r.Info)
 		}
 	}
 	for _, p := range pods[:2] {
@@ -138,15 +127,10 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer zt2.Stop()
-	if err := zt2.WaitFor(waitCtx, hasSnapshotSent); err != nil {
+	if err := zt2.WaitSnapshot(waitCtx); err != nil {
 		t.Fatal(err)
 	}
-	replayed := map[string]uint64{}
-	for _, r := range zt2.Requests() {
-		if r.Kind == zdstest.Add {
-			replayed[r.UID] = r.NetnsInode
-		}
-	}
+	replayed := zdstest.AddedInodes(zt2.Requests())
 	if len(replayed) != 2 || replayed["uid-a"] != adds["uid-a"] || replayed["uid-b"] != adds["uid-b"] {
 		t.Fatalf("replay %v, want %v", replayed, adds)
 	}
@@ -155,13 +139,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	if err := core.Reconcile(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	dels := 0
-	for _, r := range zt2.Requests() {
-		if r.Kind == zdstest.Del {
-			dels++
-		}
-	}
-	if dels != 2 {
+	if dels := zdstest.Count(zt2.Requests(), zdstest.Del); dels != 2 {
 		t.Fatalf("ztunnel got %d dels, want 2", dels)
 	}
 	zt2.Stop()

@@ -280,3 +280,31 @@ func (z *Ztunnel) Stop() {
 		}
 	})
 }
+
+// WaitSnapshot waits until the stand-in has received SnapshotSent.
+func (z *Ztunnel) WaitSnapshot(ctx context.Context) error {
+	return z.WaitFor(ctx, func(rs []*Request) bool { return Count(rs, SnapshotSent) > 0 })
+}
+
+// Count returns how many requests in rs are of kind k.
+func Count(rs []*Request, k Kind) int {
+	n := 0
+	for _, r := range rs {
+		if r.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+// AddedInodes maps uid to the netns inode of every Add in rs (the last Add
+// for a uid wins).
+func AddedInodes(rs []*Request) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, r := range rs {
+		if r.Kind == Add {
+			out[r.UID] = r.NetnsInode
+		}
+	}
+	return out
+}
