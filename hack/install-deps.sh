@@ -9,6 +9,9 @@ need=()
 command -v protoc >/dev/null || need+=(protobuf-compiler)
 command -v make >/dev/null || need+=(make)
 command -v ip >/dev/null || need+=(iproute2)
+command -v nft >/dev/null || need+=(nftables)
+command -v iptables-restore >/dev/null || need+=(iptables)
+command -v ipset >/dev/null || need+=(ipset)
 command -v gcc >/dev/null || need+=(gcc libc6-dev) # go test -race needs cgo
 command -v git >/dev/null || need+=(git)
 

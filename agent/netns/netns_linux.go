@@ -101,10 +101,16 @@ func (h *Handle) Do(fn func() error) error {
 	if h.closed {
 		return ErrClosed
 	}
-	target := h.fd
+	return RunIn(uintptr(h.fd), fn)
+}
+
+// RunIn runs fn on a fresh locked thread switched into the network
+// namespace fd refers to; see Handle.Do. A child process started by fn
+// (exec) inherits the namespace.
+func RunIn(fd uintptr, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
-		errc <- doLocked(target, fn)
+		errc <- doLocked(int(fd), fn)
 	}()
 	return <-errc
 }

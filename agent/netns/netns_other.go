@@ -23,3 +23,6 @@ func (h *Handle) Dup() (*Handle, error) { return nil, errUnsupported }
 
 // Do is only implemented on Linux.
 func (h *Handle) Do(fn func() error) error { return errUnsupported }
+
+// RunIn is only implemented on Linux.
+func RunIn(fd uintptr, fn func() error) error { return errUnsupported }

@@ -1,0 +1,131 @@
+package redirect
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+
+	"github.com/meshlet/meshlet/agent/netns"
+)
+
+// iptablesBackend runs the iptables-restore/-save binaries of one variant
+// inside the pod's netns (on a locked thread switched into it, which the
+// child process inherits).
+type iptablesBackend struct {
+	variant IptablesVariant
+}
+
+func (b *iptablesBackend) bin(f Family, tool string) string {
+	prefix := "iptables"
+	if f == IPv6 {
+		prefix = "ip6tables"
+	}
+	return fmt.Sprintf("%s-%s-%s", prefix, b.variant, tool)
+}
+
+// newIptables resolves the variant (auto: the one holding more of the
+// node's rules, nft on a tie) and checks the binaries exist.
+func newIptables(v IptablesVariant, hostNetnsFd int) (*iptablesBackend, error) {
+	if v == "" {
+		v = VariantAuto
+	}
+	if v == VariantAuto {
+		v = detectVariant(hostNetnsFd)
+	}
+	b := &iptablesBackend{variant: v}
+	for _, f := range []Family{IPv4, IPv6} {
+		for _, tool := range []string{"save", "restore"} {
+			if _, err := exec.LookPath(b.bin(f, tool)); err != nil {
+				return nil, fmt.Errorf("iptables backend (%s variant) needs %s: %w (install Debian's iptables package)", v, b.bin(f, tool), err)
+			}
+		}
+	}
+	return b, nil
+}
+
+func detectVariant(hostNetnsFd int) IptablesVariant {
+	count := func(v IptablesVariant) int {
+		out, err := runIn(hostNetnsFd, fmt.Sprintf("iptables-%s-save", v), nil)
+		if err != nil {
+			return -1
+		}
+		return strings.Count(out, "\n-A ")
+	}
+	if count(VariantLegacy) > count(VariantNft) {
+		return VariantLegacy
+	}
+	return VariantNft
+}
+
+// runIn runs a command in the netns (fd -1: the agent's own) with stdin.
+func runIn(netnsFd int, bin string, stdin []byte, args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	run := func() error {
+		cmd := exec.Command(bin, args...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		cmd.Stdout, cmd.Stderr = &out, &errOut
+		return cmd.Run()
+	}
+	var err error
+	if netnsFd < 0 {
+		err = run()
+	} else {
+		err = netns.RunIn(uintptr(netnsFd), run)
+	}
+	if err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
+	}
+	return out.String(), nil
+}
+
+func (b *iptablesBackend) save(fd int, f Family) (ruleset, error) {
+	out, err := runIn(fd, b.bin(f, "save"), nil)
+	if err != nil {
+		return nil, err
+	}
+	return parseSave(out), nil
+}
+
+func (b *iptablesBackend) restore(fd int, f Family, input string) error {
+	if input == "" {
+		return nil
+	}
+	_, err := runIn(fd, b.bin(f, "restore"), []byte(input), "--noflush")
+	return err
+}
+
+func (b *iptablesBackend) apply(fd int, p Plan) error {
+	for _, f := range []Family{IPv4, IPv6} {
+		cur, err := b.save(fd, f)
+		if err != nil {
+			return err
+		}
+		input := renderRemove(cur)
+		for _, pf := range p.Families {
+			if pf == f {
+				input = renderApply(p, f, cur)
+			}
+		}
+		if err := b.restore(fd, f, input); err != nil {
+			return fmt.Errorf("apply %s rules: %w", f, err)
+		}
+	}
+	return nil
+}
+
+func (b *iptablesBackend) remove(fd int) error {
+	var errs []error
+	for _, f := range []Family{IPv4, IPv6} {
+		cur, err := b.save(fd, f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := b.restore(fd, f, renderRemove(cur)); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s rules: %w", f, err))
+		}
+	}
+	return errors.Join(errs...)
+}

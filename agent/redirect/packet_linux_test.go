@@ -1,0 +1,175 @@
+package redirect
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+const wait = 3 * time.Second
+
+var backends = []Backend{BackendNftables, BackendIptables}
+
+type famCase struct {
+	name            string
+	host, pod, peer netip.Addr
+	probe           netip.Addr
+	ips             []netip.Addr
+}
+
+var famCases = []famCase{
+	{"ipv4", hostV4, podV4, peerV4, ProbeAddrV4, []netip.Addr{podV4}},
+	{"ipv6", hostV6, podV6, peerV6, ProbeAddrV6, []netip.Addr{podV6}},
+}
+
+func hp(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// TestPackets proves the rules with real traffic between a host netns and
+// a pod netns, for each backend and family.
+func TestPackets(t *testing.T) {
+	for _, b := range backends {
+		for _, fc := range famCases {
+			t.Run(string(b)+"/"+fc.name, func(t *testing.T) {
+				topo := newTopology(t)
+				r := topo.newRedirector(t, b)
+				w := topo.workload(fc.ips, enroll.Options{DNSCapture: true, IPv6: true})
+				must(t, r.Apply(context.Background(), w))
+
+				inbound := listen(t, topo.pod, "tcp", ":15006")
+				outbound := listen(t, topo.pod, "tcp", ":15001")
+				app := listen(t, topo.pod, "tcp", ":8080")
+				dns := listenUDP(t, topo.pod, ":15053")
+				hostSvc := listen(t, topo.host, "tcp", hp(fc.host, 9999))
+
+				t.Run("inbound lands on 15006 with original destination", func(t *testing.T) {
+					c, err := dial(topo.peer, "tcp", hp(fc.pod, 8080), netip.Addr{}, 0)
+					must(t, err)
+					defer c.Close()
+					got, err := acceptOne(inbound, wait)
+					must(t, err)
+					defer got.Close()
+					od, err := originalDst(got)
+					must(t, err)
+					if od != netip.AddrPortFrom(fc.pod, 8080) {
+						t.Fatalf("original destination %v, want %v", od, hp(fc.pod, 8080))
+					}
+				})
+				t.Run("outbound lands on 15001", func(t *testing.T) {
+					c, err := dial(topo.pod, "tcp", hp(fc.host, 9999), netip.Addr{}, 0)
+					must(t, err)
+					defer c.Close()
+					got, err := acceptOne(outbound, wait)
+					must(t, err)
+					got.Close()
+				})
+				t.Run("ztunnel-marked traffic is not redirected", func(t *testing.T) {
+					c, err := dial(topo.pod, "tcp", hp(fc.host, 9999), netip.Addr{}, int(ProxyMark))
+					must(t, err)
+					defer c.Close()
+					got, err := acceptOne(hostSvc, wait)
+					must(t, err)
+					got.Close()
+				})
+				t.Run("DNS lands on 15053", func(t *testing.T) {
+					sendDNS(t, topo, fc)
+					buf := make([]byte, 64)
+					must(t, dns.SetReadDeadline(time.Now().Add(wait)))
+					n, _, err := dns.ReadFrom(buf)
+					must(t, err)
+					if string(buf[:n]) != "query" {
+						t.Fatalf("15053 got %q", buf[:n])
+					}
+				})
+				t.Run("probe address bypasses", func(t *testing.T) {
+					c, err := dial(topo.host, "tcp", hp(fc.pod, 8080), fc.probe, 0)
+					must(t, err)
+					defer c.Close()
+					got, err := acceptOne(app, wait)
+					must(t, err)
+					got.Close()
+				})
+				t.Run("host probes are SNATed and bypass", func(t *testing.T) {
+					// No source given: the node's SNAT rule rewrites it to
+					// the probe address because the pod IP is in the set.
+					c, err := dial(topo.host, "tcp", hp(fc.pod, 8080), netip.Addr{}, 0)
+					must(t, err)
+					defer c.Close()
+					got, err := acceptOne(app, wait)
+					must(t, err)
+					defer got.Close()
+					src := got.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+					if src != fc.probe {
+						t.Fatalf("probe arrived from %v, want SNAT to %v", src, fc.probe)
+					}
+				})
+			})
+		}
+	}
+}
+
+func sendDNS(t *testing.T, topo *topology, fc famCase) {
+	t.Helper()
+	must(t, topo.pod.Do(func() error {
+		c, err := net.Dial("udp", hp(fc.host, 53))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Write([]byte("query"))
+		return err
+	}))
+}
+
+func TestDNSCaptureOff(t *testing.T) {
+	for _, b := range backends {
+		for _, fc := range famCases {
+			t.Run(string(b)+"/"+fc.name, func(t *testing.T) {
+				topo := newTopology(t)
+				r := topo.newRedirector(t, b)
+				must(t, r.Apply(context.Background(), topo.workload(fc.ips, enroll.Options{DNSCapture: false, IPv6: true})))
+				hostDNS := listenUDP(t, topo.host, hp(fc.host, 53))
+				podDNS := listenUDP(t, topo.pod, ":15053")
+				sendDNS(t, topo, fc)
+				buf := make([]byte, 64)
+				must(t, hostDNS.SetReadDeadline(time.Now().Add(wait)))
+				if _, _, err := hostDNS.ReadFrom(buf); err != nil {
+					t.Fatalf("query did not reach the real DNS server: %v", err)
+				}
+				must(t, podDNS.SetReadDeadline(time.Now()))
+				if n, _, err := podDNS.ReadFrom(buf); err == nil {
+					t.Fatalf("ztunnel's DNS port got %q with capture off", buf[:n])
+				}
+			})
+		}
+	}
+}
+
+func TestBypassInbound(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			topo := newTopology(t)
+			r := topo.newRedirector(t, b)
+			must(t, r.Apply(context.Background(), topo.workload([]netip.Addr{podV4}, enroll.Options{BypassInbound: true})))
+			app := listen(t, topo.pod, "tcp", ":8080")
+			listen(t, topo.pod, "tcp", ":15006")
+			c, err := dial(topo.peer, "tcp", hp(podV4, 8080), netip.Addr{}, 0)
+			must(t, err)
+			defer c.Close()
+			got, err := acceptOne(app, wait)
+			must(t, err)
+			got.Close()
+			// Outbound is still captured.
+			out := listen(t, topo.pod, "tcp", ":15001")
+			c2, err := dial(topo.pod, "tcp", hp(hostV4, 9999), netip.Addr{}, 0)
+			must(t, err)
+			defer c2.Close()
+			got, err = acceptOne(out, wait)
+			must(t, err)
+			got.Close()
+		})
+	}
+}

@@ -1,0 +1,31 @@
+//go:build !linux
+
+package redirect
+
+import (
+	"context"
+	"errors"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+var errUnsupported = errors.New("traffic redirection is only supported on Linux")
+
+// Redirector is only implemented on Linux.
+type Redirector struct{}
+
+var _ enroll.Redirector = (*Redirector)(nil)
+
+// New is only implemented on Linux.
+func New(Config) (*Redirector, error) { return nil, errUnsupported }
+
+// Apply is only implemented on Linux.
+func (*Redirector) Apply(context.Context, *enroll.Workload) error { return errUnsupported }
+
+// Remove is only implemented on Linux.
+func (*Redirector) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error {
+	return errUnsupported
+}
+
+// Uninstall is only implemented on Linux.
+func (*Redirector) Uninstall() error { return errUnsupported }

@@ -1,0 +1,70 @@
+package redirect
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Backend names an in-pod rule backend.
+type Backend string
+
+const (
+	BackendNftables Backend = "nftables"
+	BackendIptables Backend = "iptables"
+)
+
+// Set implements flag.Value.
+func (b *Backend) Set(s string) error {
+	switch Backend(s) {
+	case BackendNftables, BackendIptables:
+		*b = Backend(s)
+		return nil
+	}
+	return fmt.Errorf("unknown redirect backend %q (want nftables or iptables)", s)
+}
+
+func (b *Backend) String() string { return string(*b) }
+
+// IptablesVariant selects iptables-nft or iptables-legacy.
+type IptablesVariant string
+
+const (
+	VariantAuto   IptablesVariant = "auto"
+	VariantNft    IptablesVariant = "nft"
+	VariantLegacy IptablesVariant = "legacy"
+)
+
+// Set implements flag.Value.
+func (v *IptablesVariant) Set(s string) error {
+	switch IptablesVariant(strings.ToLower(s)) {
+	case VariantAuto, VariantNft, VariantLegacy:
+		*v = IptablesVariant(strings.ToLower(s))
+		return nil
+	}
+	return fmt.Errorf("unknown iptables variant %q (want auto, nft or legacy)", s)
+}
+
+func (v *IptablesVariant) String() string { return string(*v) }
+
+// Config configures a Redirector.
+type Config struct {
+	Backend Backend
+	// IptablesVariant applies to the iptables backend; auto picks the
+	// variant holding the node's rules (kubelet's, the CNI's).
+	IptablesVariant IptablesVariant
+	// HostNetnsFd is the node's network namespace for probe SNAT; -1 (the
+	// default via New) means the agent's own. Tests pass a namespace of
+	// their own so the real node is never touched.
+	HostNetnsFd int
+}
+
+// DefaultConfig is nftables with the agent's own netns as the node's.
+func DefaultConfig() Config {
+	return Config{Backend: BackendNftables, IptablesVariant: VariantAuto, HostNetnsFd: -1}
+}
+
+// podBackend programs the in-pod filter rules (routing is common).
+type podBackend interface {
+	apply(netnsFd int, p Plan) error
+	remove(netnsFd int) error
+}

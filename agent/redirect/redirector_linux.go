@@ -1,0 +1,121 @@
+package redirect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// Redirector implements the core's Redirector port.
+type Redirector struct {
+	cfg     Config
+	backend podBackend
+	host    HostSNAT
+}
+
+var _ enroll.Redirector = (*Redirector)(nil)
+
+// New sets up the node side (probe SNAT) and the chosen pod backend.
+func New(cfg Config) (*Redirector, error) {
+	r := &Redirector{cfg: cfg}
+	switch cfg.Backend {
+	case BackendNftables, "":
+		r.backend = nftBackend{}
+		h, err := newNftHostSNAT(cfg.HostNetnsFd)
+		if err != nil {
+			return nil, err
+		}
+		r.host = h
+	case BackendIptables:
+		ipt, err := newIptables(cfg.IptablesVariant, cfg.HostNetnsFd)
+		if err != nil {
+			return nil, err
+		}
+		r.backend = ipt
+		h, err := newIptablesHostSNAT(ipt, cfg.HostNetnsFd)
+		if err != nil {
+			return nil, err
+		}
+		r.host = h
+	default:
+		return nil, fmt.Errorf("unknown redirect backend %q", cfg.Backend)
+	}
+	return r, nil
+}
+
+type nftBackend struct{}
+
+func (nftBackend) apply(fd int, p Plan) error { return applyNftables(fd, p) }
+func (nftBackend) remove(fd int) error        { return removeNftables(fd) }
+
+// Apply programs the pod: routing, in-pod rules, node-side SNAT. On any
+// error everything it did is undone and the error names the step.
+func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
+	p, err := PlanFor(w)
+	if err != nil {
+		return fmt.Errorf("redirect pod %s: %w", w.UID, err)
+	}
+	fd := int(w.Netns.Fd())
+	rt, err := openRouting(fd)
+	if err != nil {
+		return fmt.Errorf("redirect pod %s: %w", w.UID, err)
+	}
+	defer rt.close()
+	undo := func(cause error) error {
+		errs := []error{cause}
+		if err := r.backend.remove(fd); err != nil {
+			errs = append(errs, fmt.Errorf("undo rules: %w", err))
+		}
+		if err := rt.remove(); err != nil {
+			errs = append(errs, fmt.Errorf("undo routing: %w", err))
+		}
+		return fmt.Errorf("redirect pod %s: %w", w.UID, errors.Join(errs...))
+	}
+	if err := rt.apply(p.Families); err != nil {
+		return undo(err)
+	}
+	if err := r.backend.apply(fd, p); err != nil {
+		return undo(err)
+	}
+	if err := r.host.Add(w.IPs); err != nil {
+		return undo(err)
+	}
+	klog.FromContext(ctx).V(4).Info("Redirection applied", "podUID", w.UID, "families", p.Families,
+		"dnsCapture", p.DNSCapture, "inboundCapture", p.InboundCapture)
+	return nil
+}
+
+// Remove undoes Apply. RemoveHostOnly never touches the pod's netns.
+func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
+	var errs []error
+	if err := r.host.Delete(w.IPs); err != nil {
+		errs = append(errs, err)
+	}
+	if scope == enroll.RemoveAll {
+		fd := int(w.Netns.Fd())
+		if err := r.backend.remove(fd); err != nil {
+			errs = append(errs, err)
+		}
+		rt, err := openRouting(fd)
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			if err := rt.remove(); err != nil {
+				errs = append(errs, err)
+			}
+			rt.close()
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("remove redirection of pod %s: %w", w.UID, err)
+	}
+	return nil
+}
+
+// Uninstall removes every node-side object (meshlet is being removed from
+// the node). Pods' in-pod rules are left to their Remove or their netns.
+func (r *Redirector) Uninstall() error { return r.host.Uninstall() }

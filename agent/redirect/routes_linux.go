@@ -1,0 +1,125 @@
+package redirect
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// The policy routing Istio's in-pod mode relies on: packets whose mark
+// carries ConnMark are looked up in RouteTable, where every address is
+// local via lo, so they are delivered to ztunnel's sockets in the pod.
+
+func netlinkFamily(f Family) int {
+	if f == IPv4 {
+		return unix.AF_INET
+	}
+	return unix.AF_INET6
+}
+
+func proxyRule(f Family) *netlink.Rule {
+	r := netlink.NewRule()
+	r.Family = netlinkFamily(f)
+	r.Mark = ConnMark
+	m := MarkMask
+	r.Mask = &m
+	r.Priority = RulePriority
+	r.Table = RouteTable
+	return r
+}
+
+func localRoute(f Family, lo int) *netlink.Route {
+	dst := &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+	if f == IPv6 {
+		dst = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	}
+	return &netlink.Route{Family: netlinkFamily(f), Dst: dst, LinkIndex: lo, Table: RouteTable,
+		Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
+}
+
+// routing manipulates ip rules and routes through a netlink handle opened
+// in the pod's netns (no thread of ours switches namespace).
+type routing struct {
+	h  *netlink.Handle
+	lo int
+}
+
+func openRouting(netnsFd int) (*routing, error) {
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(netnsFd))
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle in pod netns: %w", err)
+	}
+	lo, err := h.LinkByName("lo")
+	if err != nil {
+		h.Close()
+		return nil, fmt.Errorf("find lo in pod netns: %w", err)
+	}
+	return &routing{h: h, lo: lo.Attrs().Index}, nil
+}
+
+func (r *routing) close() { r.h.Close() }
+
+// apply adds the rule and route for each family; present ones are kept.
+func (r *routing) apply(families []Family) error {
+	for _, f := range families {
+		if err := r.h.RouteReplace(localRoute(f, r.lo)); err != nil {
+			return fmt.Errorf("route local %s table %d: %w", f, RouteTable, err)
+		}
+		has, err := r.hasRule(f)
+		if err != nil {
+			return err
+		}
+		if !has {
+			if err := r.h.RuleAdd(proxyRule(f)); err != nil {
+				return fmt.Errorf("ip rule fwmark %#x/%#x pref %d lookup %d (%s): %w", ConnMark, MarkMask, RulePriority, RouteTable, f, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *routing) hasRule(f Family) (bool, error) {
+	rules, err := r.h.RuleListFiltered(netlinkFamily(f), &netlink.Rule{Priority: RulePriority, Table: RouteTable},
+		netlink.RT_FILTER_PRIORITY|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return false, fmt.Errorf("list ip rules (%s): %w", f, err)
+	}
+	for _, rl := range rules {
+		if rl.Mark == ConnMark && rl.Mask != nil && *rl.Mask == MarkMask {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// remove deletes the rule and route of both families, tolerating absence.
+func (r *routing) remove() error {
+	var errs []error
+	for _, f := range []Family{IPv4, IPv6} {
+		for {
+			has, err := r.hasRule(f)
+			if err != nil || !has {
+				if err != nil && !errors.Is(err, unix.EAFNOSUPPORT) {
+					errs = append(errs, err)
+				}
+				break
+			}
+			if err := r.h.RuleDel(proxyRule(f)); err != nil {
+				errs = append(errs, fmt.Errorf("delete ip rule (%s): %w", f, err))
+				break
+			}
+		}
+		if err := r.h.RouteDel(localRoute(f, r.lo)); err != nil && !isAbsent(err) {
+			errs = append(errs, fmt.Errorf("delete route table %d (%s): %w", RouteTable, f, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func isAbsent(err error) bool {
+	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT)
+}
