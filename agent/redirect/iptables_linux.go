@@ -88,9 +88,16 @@ func (b *iptablesBackend) save(fd int, f Family) (ruleset, error) {
 	return parseSave(out), nil
 }
 
+// iptablesRestoreHook, when set by a test, rewrites restore input (to
+// inject a failure half-way).
+var iptablesRestoreHook func(string) string
+
 func (b *iptablesBackend) restore(fd int, f Family, input string) error {
 	if input == "" {
 		return nil
+	}
+	if iptablesRestoreHook != nil {
+		input = iptablesRestoreHook(input)
 	}
 	_, err := runIn(fd, b.bin(f, "restore"), []byte(input), "--noflush")
 	return err

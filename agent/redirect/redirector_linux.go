@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/netns"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 )
@@ -59,7 +62,10 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 	if err != nil {
 		return fmt.Errorf("redirect pod %s: %w", w.UID, err)
 	}
-	fd := int(w.Netns.Fd())
+	fd, err := podNetnsFd(w)
+	if err != nil {
+		return err
+	}
 	rt, err := openRouting(fd)
 	if err != nil {
 		return fmt.Errorf("redirect pod %s: %w", w.UID, err)
@@ -89,6 +95,23 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 	return nil
 }
 
+// podNetnsFd returns the pod's netns fd after checking with the kernel that
+// it still is a network namespace. Never skip this: the libraries below
+// treat an invalid fd as "the current namespace", which is the node's.
+func podNetnsFd(w *enroll.Workload) (int, error) {
+	if w.Netns == nil {
+		return -1, fmt.Errorf("redirect pod %s: no network namespace", w.UID)
+	}
+	fd := w.Netns.Fd()
+	if fd > math.MaxInt32 {
+		return -1, fmt.Errorf("redirect pod %s: network namespace handle is closed", w.UID)
+	}
+	if _, err := netns.Identify(int(fd)); err != nil {
+		return -1, fmt.Errorf("redirect pod %s: %w", w.UID, err)
+	}
+	return int(fd), nil
+}
+
 // Remove undoes Apply. RemoveHostOnly never touches the pod's netns.
 func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
 	var errs []error
@@ -96,7 +119,10 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 		errs = append(errs, err)
 	}
 	if scope == enroll.RemoveAll {
-		fd := int(w.Netns.Fd())
+		fd, err := podNetnsFd(w)
+		if err != nil {
+			return errors.Join(append(errs, err)...)
+		}
 		if err := r.backend.remove(fd); err != nil {
 			errs = append(errs, err)
 		}

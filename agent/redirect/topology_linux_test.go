@@ -254,3 +254,8 @@ func originalDst(c net.Conn) (netip.AddrPort, error) {
 
 // ip6tSoOriginalDst is IP6T_SO_ORIGINAL_DST from linux/netfilter_ipv6/ip6_tables.h.
 const ip6tSoOriginalDst = 80
+
+func execOutput(name string, args ...string) (string, error) {
+	out, err := exec.Command(name, args...).CombinedOutput()
+	return string(out), err
+}

@@ -1,0 +1,303 @@
+package redirect
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/google/nftables"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+type ruleCase struct {
+	name string
+	ips  []netip.Addr
+	opts enroll.Options
+}
+
+var ruleCases = []ruleCase{
+	{"ipv4", []netip.Addr{podV4}, enroll.Options{DNSCapture: true, IPv6: true}},
+	{"ipv6", []netip.Addr{podV6}, enroll.Options{DNSCapture: true, IPv6: true}},
+	{"dual", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true, IPv6: true}},
+	{"dual_ipv6_disabled", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true}},
+	{"dns_off", []netip.Addr{podV4, podV6}, enroll.Options{IPv6: true}},
+	{"bypass_inbound", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}},
+}
+
+// podNetns is a bare pod netns with lo up (as the CNI loopback plugin
+// leaves it).
+func podNetns(t testing.TB) *netns.Handle {
+	h := netnstest.Open(t)
+	nh := handleIn(t, h)
+	lo, err := nh.LinkByName("lo")
+	must(t, err)
+	must(t, nh.LinkSetUp(lo))
+	return h
+}
+
+func newBareRedirector(t testing.TB, b Backend) *Redirector {
+	t.Helper()
+	topo := &topology{host: netnstest.Open(t)}
+	return topo.newRedirector(t, b)
+}
+
+var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+// rulesDump is the backend's view of the netns, normalised.
+func rulesDump(t testing.TB, h *netns.Handle, b Backend) string {
+	if b == BackendNftables {
+		return nftTable(t, h)
+	}
+	var out strings.Builder
+	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
+		out.WriteString("# " + tool + "\n")
+		for _, line := range strings.Split(inNetns(t, h, tool), "\n") {
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			out.WriteString(counters.ReplaceAllString(line, "[0:0]") + "\n")
+		}
+	}
+	return out.String()
+}
+
+func nftTable(t testing.TB, h *netns.Handle) string {
+	var out string
+	err := h.Do(func() error {
+		b, err := execOutput("nft", "list", "table", "inet", TableName)
+		out = b
+		return err
+	})
+	if err != nil {
+		return "no table inet " + TableName + "\n"
+	}
+	return out
+}
+
+// routingDump lists ip rules and the proxy routing table.
+func routingDump(t testing.TB, h *netns.Handle) string {
+	return "# ip -4 rule\n" + inNetns(t, h, "ip", "-4", "rule") +
+		"# ip -6 rule\n" + inNetns(t, h, "ip", "-6", "rule") +
+		"# ip -4 route show table all\n" + inNetns(t, h, "ip", "-4", "route", "show", "table", "all") +
+		"# ip -6 route show table all\n" + inNetns(t, h, "ip", "-6", "route", "show", "table", "all")
+}
+
+// fullDump is everything Apply may change in a pod netns, normalised:
+// iptables-nft creates its tables and built-in chains on first use and
+// leaves them (empty) behind, as iptables always has; they are compared
+// through iptables-save's rules and user chains, every other nftables
+// table in full.
+func fullDump(t testing.TB, h *netns.Handle) string {
+	var b strings.Builder
+	for _, line := range strings.Split(inNetns(t, h, "nft", "list", "tables"), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || (f[1] == "ip" || f[1] == "ip6") && iptablesTables[f[2]] {
+			continue
+		}
+		b.WriteString(inNetns(t, h, "nft", "list", "table", f[1], f[2]))
+	}
+	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
+		b.WriteString("# " + tool + "\n")
+		for _, line := range strings.Split(inNetns(t, h, tool), "\n") {
+			if strings.HasPrefix(line, "-A ") || strings.HasPrefix(line, ":") && strings.Contains(line, " - [") {
+				b.WriteString(line + "\n")
+			}
+		}
+	}
+	return b.String() + routingDump(t, h)
+}
+
+var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
+
+func checkGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		must(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run `go test ./agent/redirect -run %s -update` as root to create it)", err, t.Name())
+	}
+	if got != string(want) {
+		t.Fatalf("%s differs from %s (rerun with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, path, got, want)
+	}
+}
+
+func TestGolden(t *testing.T) {
+	for _, b := range backends {
+		for _, c := range ruleCases {
+			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
+				r := newBareRedirector(t, b)
+				pod := podNetns(t)
+				w := &enroll.Workload{UID: "u", IPs: c.ips, Options: c.opts, Netns: pod}
+				must(t, r.Apply(context.Background(), w))
+				got := rulesDump(t, pod, b) + routingDump(t, pod)
+				checkGolden(t, string(b)+"_"+c.name, got)
+				// Apply again: the same state, nothing duplicated.
+				must(t, r.Apply(context.Background(), w))
+				if again := rulesDump(t, pod, b) + routingDump(t, pod); again != got {
+					t.Fatalf("second Apply changed the netns:\n%s\n--- first\n%s", again, got)
+				}
+			})
+		}
+	}
+}
+
+// foreignState puts rules that belong to others (the CNI, an admin) in the
+// netns: Apply and Remove must leave them exactly as they are.
+func foreignState(t testing.TB, h *netns.Handle) {
+	inNetns(t, h, "nft", "add table ip cni-foreign; add chain ip cni-foreign post { type nat hook postrouting priority 100; }; add rule ip cni-foreign post ip saddr 10.99.0.0/16 masquerade")
+	inNetns(t, h, "iptables-nft", "-t", "filter", "-A", "OUTPUT", "-p", "tcp", "--dport", "9", "-j", "DROP")
+	inNetns(t, h, "ip", "rule", "add", "fwmark", "0x42", "lookup", "42", "pref", "1000")
+}
+
+func TestRemoveRestoresNetns(t *testing.T) {
+	for _, b := range backends {
+		for _, c := range ruleCases {
+			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
+				r := newBareRedirector(t, b)
+				pod := podNetns(t)
+				foreignState(t, pod)
+				before := fullDump(t, pod)
+				w := &enroll.Workload{UID: "u", IPs: c.ips, Options: c.opts, Netns: pod}
+				must(t, r.Apply(context.Background(), w))
+				if fullDump(t, pod) == before {
+					t.Fatal("Apply changed nothing")
+				}
+				must(t, r.Remove(context.Background(), w, enroll.RemoveAll))
+				if after := fullDump(t, pod); after != before {
+					t.Fatalf("netns after Remove differs from before Apply\n--- after\n%s\n--- before\n%s", after, before)
+				}
+				// Removing again is harmless.
+				must(t, r.Remove(context.Background(), w, enroll.RemoveAll))
+			})
+		}
+	}
+}
+
+func TestApplyReplacesStaleState(t *testing.T) {
+	w := func(pod *netns.Handle) *enroll.Workload {
+		return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4, podV6}, Options: enroll.Options{DNSCapture: true, IPv6: true}, Netns: pod}
+	}
+	t.Run("nftables", func(t *testing.T) {
+		r := newBareRedirector(t, BackendNftables)
+		pod := podNetns(t)
+		// A crashed older agent left a partial table behind.
+		inNetns(t, pod, "nft", "add table inet meshlet; add chain inet meshlet stale { type filter hook input priority 0; }; add rule inet meshlet stale tcp dport 1 drop")
+		must(t, r.Apply(context.Background(), w(pod)))
+		checkGolden(t, "nftables_dual", rulesDump(t, pod, BackendNftables)+routingDump(t, pod))
+	})
+	t.Run("iptables", func(t *testing.T) {
+		r := newBareRedirector(t, BackendIptables)
+		pod := podNetns(t)
+		inNetns(t, pod, "iptables-nft", "-t", "nat", "-N", "ISTIO_OUTPUT")
+		inNetns(t, pod, "iptables-nft", "-t", "nat", "-A", "ISTIO_OUTPUT", "-p", "tcp", "-j", "REDIRECT", "--to-ports", "1")
+		inNetns(t, pod, "iptables-nft", "-t", "nat", "-A", "OUTPUT", "-j", "ISTIO_OUTPUT")
+		must(t, r.Apply(context.Background(), w(pod)))
+		checkGolden(t, "iptables_dual", rulesDump(t, pod, BackendIptables)+routingDump(t, pod))
+	})
+}
+
+// TestFailedBatchLeavesNothing injects a failure into the middle of the
+// transaction: the pod must end with none of meshlet's state.
+func TestFailedBatchLeavesNothing(t *testing.T) {
+	t.Run("nftables", func(t *testing.T) {
+		r := newBareRedirector(t, BackendNftables)
+		pod := podNetns(t)
+		before := fullDump(t, pod)
+		nftBatchHook = func(c *nftables.Conn, tb *nftables.Table) {
+			// A rule for a chain that does not exist: the kernel rejects the
+			// message, and with it the whole batch.
+			c.AddRule(&nftables.Rule{Table: tb, Chain: &nftables.Chain{Name: "missing", Table: tb}, Exprs: rule().tcp().accept()})
+		}
+		defer func() { nftBatchHook = nil }()
+		w := &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: enroll.Options{DNSCapture: true}, Netns: pod}
+		if err := r.Apply(context.Background(), w); err == nil {
+			t.Fatal("Apply succeeded with a broken batch")
+		}
+		if after := fullDump(t, pod); after != before {
+			t.Fatalf("failed Apply left state behind\n--- after\n%s\n--- before\n%s", after, before)
+		}
+	})
+	t.Run("iptables", func(t *testing.T) {
+		r := newBareRedirector(t, BackendIptables)
+		pod := podNetns(t)
+		before := fullDump(t, pod)
+		iptablesRestoreHook = func(in string) string {
+			// Break the nat table after the mangle table went in.
+			return strings.Replace(in, "*nat\n", "*nat\n-A ISTIO_OUTPUT -j NO_SUCH_TARGET\n", 1)
+		}
+		defer func() { iptablesRestoreHook = nil }()
+		w := &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: enroll.Options{DNSCapture: true}, Netns: pod}
+		if err := r.Apply(context.Background(), w); err == nil {
+			t.Fatal("Apply succeeded with a broken restore file")
+		}
+		if after := fullDump(t, pod); after != before {
+			t.Fatalf("failed Apply left state behind\n--- after\n%s\n--- before\n%s", after, before)
+		}
+	})
+}
+
+func TestBadInput(t *testing.T) {
+	for _, b := range backends {
+		t.Run(string(b), func(t *testing.T) {
+			r := newBareRedirector(t, b)
+			pod := podNetns(t)
+			before := fullDump(t, pod)
+			if err := r.Apply(context.Background(), &enroll.Workload{UID: "u", Netns: pod}); !errors.Is(err, ErrNoAddresses) {
+				t.Fatalf("Apply without IPs = %v, want ErrNoAddresses", err)
+			}
+			err := r.Apply(context.Background(), &enroll.Workload{UID: "u", IPs: []netip.Addr{podV6}, Netns: pod})
+			if err == nil || !strings.Contains(err.Error(), "--ipv6") {
+				t.Fatalf("Apply of an IPv6-only pod with IPv6 off = %v, want an error naming --ipv6", err)
+			}
+			closed := podNetns(t)
+			must(t, closed.Close())
+			if err := r.Apply(context.Background(), &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Netns: closed}); err == nil {
+				t.Fatal("Apply on a closed netns succeeded")
+			}
+			if after := fullDump(t, pod); after != before {
+				t.Fatalf("rejected input changed the netns:\n%s", after)
+			}
+		})
+	}
+}
+
+func TestHostSNATIsIncremental(t *testing.T) {
+	host := netnstest.Open(t)
+	h, err := newNftHostSNAT(int(host.Fd()))
+	must(t, err)
+	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")
+	v6 := netip.MustParseAddr("2001:db8::10")
+	must(t, h.Add([]netip.Addr{a, v6}))
+	must(t, h.Add([]netip.Addr{b}))
+	must(t, h.Delete([]netip.Addr{a, v6}))
+	must(t, h.Delete([]netip.Addr{a, v6})) // already gone: no error
+	list := nftTable(t, host)
+	if !strings.Contains(list, "elements = { 192.0.2.11 }") || strings.Contains(list, "192.0.2.10") || strings.Contains(list, "2001:db8::10") {
+		t.Fatalf("node table after add a,b / delete a:\n%s", list)
+	}
+	// A restarted agent keeps the elements (probes of running pods keep working).
+	h2, err := newNftHostSNAT(int(host.Fd()))
+	must(t, err)
+	if !strings.Contains(nftTable(t, host), "elements = { 192.0.2.11 }") {
+		t.Fatalf("restart lost set elements:\n%s", nftTable(t, host))
+	}
+	must(t, h2.Uninstall())
+	if got := nftTable(t, host); !strings.HasPrefix(got, "no table") {
+		t.Fatalf("Uninstall left:\n%s", got)
+	}
+}
