@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"k8s.io/klog/v2"
 
@@ -55,8 +56,11 @@ type nftBackend struct{}
 func (nftBackend) apply(fd int, p Plan) error { return applyNftables(fd, p) }
 func (nftBackend) remove(fd int) error        { return removeNftables(fd) }
 
-// Apply programs the pod: routing, in-pod rules, node-side SNAT. On any
-// error everything it did is undone and the error names the step.
+// Apply programs the pod: routing, in-pod rules, node-side SNAT. The three
+// are independent kernel transactions and run concurrently (the in-pod
+// batch dominates; the others hide behind it), which keeps the runtime's
+// hook short. On any error everything is undone and the error names the
+// step.
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 	p, err := PlanFor(w)
 	if err != nil {
@@ -66,29 +70,26 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 	if err != nil {
 		return err
 	}
-	rt, err := openRouting(fd)
-	if err != nil {
-		return fmt.Errorf("redirect pod %s: %w", w.UID, err)
-	}
-	defer rt.close()
-	undo := func(cause error) error {
-		errs := []error{cause}
+	var routeErr, hostErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
+	wg.Go(func() { hostErr = r.host.Add(w.IPs) })
+	ruleErr := r.backend.apply(fd, p)
+	wg.Wait()
+	if err := errors.Join(routeErr, ruleErr, hostErr); err != nil {
+		errs := []error{err}
+		if hostErr == nil {
+			if err := r.host.Delete(w.IPs); err != nil {
+				errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
+			}
+		}
 		if err := r.backend.remove(fd); err != nil {
 			errs = append(errs, fmt.Errorf("undo rules: %w", err))
 		}
-		if err := rt.remove(); err != nil {
+		if err := removeRouting(fd); err != nil {
 			errs = append(errs, fmt.Errorf("undo routing: %w", err))
 		}
 		return fmt.Errorf("redirect pod %s: %w", w.UID, errors.Join(errs...))
-	}
-	if err := rt.apply(p.Families); err != nil {
-		return undo(err)
-	}
-	if err := r.backend.apply(fd, p); err != nil {
-		return undo(err)
-	}
-	if err := r.host.Add(w.IPs); err != nil {
-		return undo(err)
 	}
 	klog.FromContext(ctx).V(4).Info("Redirection applied", "podUID", w.UID, "families", p.Families,
 		"dnsCapture", p.DNSCapture, "inboundCapture", p.InboundCapture)
@@ -126,14 +127,8 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 		if err := r.backend.remove(fd); err != nil {
 			errs = append(errs, err)
 		}
-		rt, err := openRouting(fd)
-		if err != nil {
+		if err := removeRouting(fd); err != nil {
 			errs = append(errs, err)
-		} else {
-			if err := rt.remove(); err != nil {
-				errs = append(errs, err)
-			}
-			rt.close()
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

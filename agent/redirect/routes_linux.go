@@ -49,17 +49,18 @@ type routing struct {
 }
 
 func openRouting(netnsFd int) (*routing, error) {
-	h, err := netlink.NewHandleAt(vnetns.NsHandle(netnsFd))
+	// NETLINK_ROUTE only: a handle for every family costs a socket (and a
+	// namespace switch) each.
+	h, err := netlink.NewHandleAt(vnetns.NsHandle(netnsFd), unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in pod netns: %w", err)
 	}
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		h.Close()
-		return nil, fmt.Errorf("find lo in pod netns: %w", err)
-	}
-	return &routing{h: h, lo: lo.Attrs().Index}, nil
+	return &routing{h: h, lo: loopbackIndex}, nil
 }
+
+// loopbackIndex is lo's ifindex in every network namespace (the kernel
+// creates it first and pins it: LOOPBACK_IFINDEX), which saves a lookup.
+const loopbackIndex = 1
 
 func (r *routing) close() { r.h.Close() }
 
@@ -69,14 +70,10 @@ func (r *routing) apply(families []Family) error {
 		if err := r.h.RouteReplace(localRoute(f, r.lo)); err != nil {
 			return fmt.Errorf("route local %s table %d: %w", f, RouteTable, err)
 		}
-		has, err := r.hasRule(f)
-		if err != nil {
-			return err
-		}
-		if !has {
-			if err := r.h.RuleAdd(proxyRule(f)); err != nil {
-				return fmt.Errorf("ip rule fwmark %#x/%#x pref %d lookup %d (%s): %w", ConnMark, MarkMask, RulePriority, RouteTable, f, err)
-			}
+		// The kernel refuses an identical rule with EEXIST: that is the
+		// "already there" answer, without listing rules first.
+		if err := r.h.RuleAdd(proxyRule(f)); err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("ip rule fwmark %#x/%#x pref %d lookup %d (%s): %w", ConnMark, MarkMask, RulePriority, RouteTable, f, err)
 		}
 	}
 	return nil
@@ -122,4 +119,24 @@ func (r *routing) remove() error {
 
 func isAbsent(err error) bool {
 	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT)
+}
+
+// applyRouting sets up the proxy routing in the netns.
+func applyRouting(netnsFd int, families []Family) error {
+	rt, err := openRouting(netnsFd)
+	if err != nil {
+		return err
+	}
+	defer rt.close()
+	return rt.apply(families)
+}
+
+// removeRouting removes the proxy routing from the netns.
+func removeRouting(netnsFd int) error {
+	rt, err := openRouting(netnsFd)
+	if err != nil {
+		return err
+	}
+	defer rt.close()
+	return rt.remove()
 }
