@@ -2,16 +2,21 @@ package agent
 
 import (
 	"context"
+	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
@@ -46,10 +51,11 @@ func countFds(t *testing.T) int {
 	return len(ents) - 1
 }
 
-// TestCoreWithRealZDSAndNamespaces: pods enrolled by the core reach a
-// ztunnel stand-in over the real socket with fds of their own namespaces; a
-// reconnecting ztunnel gets them all back; release sends Del and closes
-// every fd.
+// TestCoreWithRealZDSAndNamespaces: pods enrolled by the core get real
+// redirection rules in their own namespaces and reach a ztunnel stand-in
+// over the real socket with fds of those namespaces; a reconnecting ztunnel
+// gets them all back; release sends Del, clears the node's probe SNAT and
+// closes every fd.
 func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	privtest.RequireRoot(t)
 	_, ctx := ktesting.NewTestContext(t)
@@ -71,16 +77,30 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The node side of redirection lives in a namespace of the test's own.
+	node, err := netns.Open(netnstest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
+	rcfg := redirect.DefaultConfig()
+	rcfg.HostNetnsFd = int(node.Fd())
+	redir, err := redirect.New(rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer redir.Uninstall()
 	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Opener: netnsOpener{},
-		Redirector: noRules{}, Proxy: server, Status: noStatus{}})
+		Redirector: redir, Proxy: server, Status: noStatus{}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
+	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
 	pods := []enroll.Pod{
-		{UID: "uid-a", Name: "a", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t)},
-		{UID: "uid-b", Name: "b", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t)},
-		{UID: "uid-plain", Name: "plain", Namespace: "app", NetnsPath: netnstest.New(t)},
+		{UID: "uid-a", Name: "a", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t), IPs: ip("192.0.2.10")},
+		{UID: "uid-b", Name: "b", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t), IPs: ip("192.0.2.11")},
+		{UID: "uid-plain", Name: "plain", Namespace: "app", NetnsPath: netnstest.New(t), IPs: ip("192.0.2.12")},
 	}
 	baseline := countFds(t)
 
@@ -119,6 +139,15 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	if _, ok := adds["uid-plain"]; ok || len(adds) != 2 {
 		t.Fatalf("ztunnel got adds %v, want exactly the two mesh pods", adds)
 	}
+	for _, p := range pods {
+		has := hasMeshletTable(t, p.NetnsPath)
+		if want := p.Name != "plain"; has != want {
+			t.Errorf("pod %s: redirection table present %t, want %t", p.Name, has, want)
+		}
+	}
+	if got := nodeSNATSet(t, node); !strings.Contains(got, "192.0.2.10") || !strings.Contains(got, "192.0.2.11") || strings.Contains(got, "192.0.2.12") {
+		t.Errorf("node probe SNAT set does not hold exactly the mesh pods:\n%s", got)
+	}
 
 	// ztunnel restarts: the new connection is replayed both pods.
 	zt.Stop()
@@ -141,6 +170,9 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 	if dels := zdstest.Count(zt2.Requests(), zdstest.Del); dels != 2 {
 		t.Fatalf("ztunnel got %d dels, want 2", dels)
+	}
+	if got := nodeSNATSet(t, node); strings.Contains(got, "192.0.2.1") {
+		t.Errorf("released pods still in the node probe SNAT set:\n%s", got)
 	}
 	zt2.Stop()
 	// The server closes its end of the connection when it reads EOF.
@@ -185,4 +217,32 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if _, err := os.Stat(cfg.ZtunnelSocket); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
 	}
+}
+
+func nftIn(t *testing.T, h *netns.Handle, args ...string) (string, error) {
+	var out []byte
+	err := h.Do(func() error {
+		var err error
+		out, err = exec.Command("nft", args...).CombinedOutput()
+		return err
+	})
+	return string(out), err
+}
+
+func hasMeshletTable(t *testing.T, path string) bool {
+	h, err := netns.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	_, err = nftIn(t, h, "list", "table", "inet", redirect.TableName)
+	return err == nil
+}
+
+func nodeSNATSet(t *testing.T, node *netns.Handle) string {
+	out, err := nftIn(t, node, "list", "table", "inet", redirect.TableName)
+	if err != nil {
+		t.Fatalf("node table: %v\n%s", err, out)
+	}
+	return out
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,17 +60,36 @@ func rulesDump(t testing.TB, h *netns.Handle, b Backend) string {
 	if b == BackendNftables {
 		return nftTable(t, h)
 	}
+	variant := "nft"
+	if b == backendIptablesLegacy {
+		variant = "legacy"
+	}
 	var out strings.Builder
-	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
-		out.WriteString("# " + tool + "\n")
-		for _, line := range strings.Split(inNetns(t, h, tool), "\n") {
-			if line == "" || strings.HasPrefix(line, "#") {
-				continue
-			}
-			out.WriteString(counters.ReplaceAllString(line, "[0:0]") + "\n")
-		}
+	for _, tool := range []string{"iptables-" + variant + "-save", "ip6tables-" + variant + "-save"} {
+		// The same header for both variants: their output must be identical.
+		out.WriteString("# " + strings.Replace(tool, "-"+variant, "", 1) + "\n")
+		out.WriteString(normalizeSave(inNetns(t, h, tool)))
 	}
 	return out.String()
+}
+
+// normalizeSave drops comments and counters and orders the tables by name
+// (the legacy and nft variants list them in different orders).
+func normalizeSave(save string) string {
+	var tables []string
+	var cur strings.Builder
+	for _, line := range strings.Split(save, "\n") {
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		cur.WriteString(counters.ReplaceAllString(line, "[0:0]") + "\n")
+		if line == "COMMIT" {
+			tables = append(tables, cur.String())
+			cur.Reset()
+		}
+	}
+	slices.Sort(tables)
+	return strings.Join(tables, "")
 }
 
 func nftTable(t testing.TB, h *netns.Handle) string {
@@ -107,7 +127,7 @@ func fullDump(t testing.TB, h *netns.Handle) string {
 		}
 		b.WriteString(inNetns(t, h, "nft", "list", "table", f[1], f[2]))
 	}
-	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
+	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-save", "ip6tables-legacy-save"} {
 		b.WriteString("# " + tool + "\n")
 		for _, line := range strings.Split(inNetns(t, h, tool), "\n") {
 			if strings.HasPrefix(line, "-A ") || strings.HasPrefix(line, ":") && strings.Contains(line, " - [") {
@@ -145,7 +165,8 @@ func TestGolden(t *testing.T) {
 				w := &enroll.Workload{UID: "u", IPs: c.ips, Options: c.opts, Netns: pod}
 				must(t, r.Apply(context.Background(), w))
 				got := rulesDump(t, pod, b) + routingDump(t, pod)
-				checkGolden(t, string(b)+"_"+c.name, got)
+				// Both iptables variants must produce the same rules.
+				checkGolden(t, strings.TrimSuffix(string(b), "-legacy")+"_"+c.name, got)
 				// Apply again: the same state, nothing duplicated.
 				must(t, r.Apply(context.Background(), w))
 				if again := rulesDump(t, pod, b) + routingDump(t, pod); again != got {

@@ -12,7 +12,11 @@ import (
 
 const wait = 3 * time.Second
 
-var backends = []Backend{BackendNftables, BackendIptables}
+// backends under test; "iptables-legacy" is the iptables backend with the
+// legacy variant (test-only name).
+var backends = []Backend{BackendNftables, BackendIptables, backendIptablesLegacy}
+
+const backendIptablesLegacy Backend = "iptables-legacy"
 
 type famCase struct {
 	name            string

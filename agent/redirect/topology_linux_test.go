@@ -119,8 +119,11 @@ func (topo *topology) newRedirector(t testing.TB, b Backend) *Redirector {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Backend, cfg.HostNetnsFd = b, int(topo.host.Fd())
-	if b == BackendIptables {
+	switch b {
+	case BackendIptables:
 		cfg.IptablesVariant = VariantNft
+	case backendIptablesLegacy:
+		cfg.Backend, cfg.IptablesVariant = BackendIptables, VariantLegacy
 	}
 	r, err := New(cfg)
 	must(t, err)
