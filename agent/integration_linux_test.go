@@ -22,14 +22,6 @@ import (
 	"github.com/meshlet/meshlet/internal/privtest"
 )
 
-// noRules stands in for the in-pod redirector, which is tested against the
-// kernel in agent/redirect; here the subject is the core driving real
-// namespaces and a real ZDS socket.
-type noRules struct{}
-
-func (noRules) Apply(context.Context, *enroll.Workload) error                      { return nil }
-func (noRules) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error { return nil }
-
 type noStatus struct{}
 
 func (noStatus) Report(enroll.PodRef, enroll.RedirectionStatus) {}

@@ -50,7 +50,6 @@ func (m match) addr(dst bool, op expr.CmpOp, a netip.Addr) match {
 }
 
 func (m match) saddrNot(a netip.Addr) match { return m.addr(false, expr.CmpOpNeq, a) }
-func (m match) daddr(a netip.Addr) match    { return m.addr(true, expr.CmpOpEq, a) }
 func (m match) daddrNot(a netip.Addr) match { return m.addr(true, expr.CmpOpNeq, a) }
 func (m match) port(dst bool, op expr.CmpOp, p uint16) match {
 	var off uint32 // source port
