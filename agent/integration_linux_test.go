@@ -6,10 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -35,12 +37,35 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-func countFds(t *testing.T) int {
+// fdsOn counts this process's open fds that refer to the network
+// namespace with the given inode: what enrollment holds and must release.
+func fdsOn(t *testing.T, inode uint64) int {
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(ents) - 1
+	n := 0
+	for _, e := range ents {
+		if fd, err := strconv.Atoi(e.Name()); err == nil {
+			if ino, err := netns.Identify(fd); err == nil && ino == inode {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// podFds counts the fds held on the pods' namespaces.
+func podFds(t *testing.T, pods []enroll.Pod) int {
+	n := 0
+	for _, p := range pods {
+		var st unix.Stat_t
+		if err := unix.Stat(p.NetnsPath, &st); err != nil {
+			t.Fatal(err)
+		}
+		n += fdsOn(t, st.Ino)
+	}
+	return n
 }
 
 // TestCoreWithRealZDSAndNamespaces: pods enrolled by the core get real
@@ -94,14 +119,13 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		{UID: "uid-b", Name: "b", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t), IPs: ip("192.0.2.11")},
 		{UID: "uid-plain", Name: "plain", Namespace: "app", NetnsPath: netnstest.New(t), IPs: ip("192.0.2.12")},
 	}
-	baseline := countFds(t)
 
 	// No ztunnel yet: a mesh pod must not be reported enrolled.
 	if _, err := core.Enroll(ctx, pods[0]); enroll.FailedStep(err) != enroll.StepProxy {
 		t.Fatalf("Enroll without ztunnel = %v, want a ztunnel failure", err)
 	}
-	if got := countFds(t); got != baseline {
-		t.Fatalf("failed enrollment leaked %d fds", got-baseline)
+	if got := podFds(t, pods); got != 0 {
+		t.Fatalf("failed enrollment left %d fds on pod namespaces open", got)
 	}
 
 	zt := &zdstest.Ztunnel{}
@@ -115,6 +139,11 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 	if err := core.Reconcile(ctx, pods); err != nil {
 		t.Fatal(err)
+	}
+	// Per enrolled pod: the core's handle, the ZDS server's dup for
+	// replays, and the fd the in-process ztunnel stand-in received.
+	if got := podFds(t, pods); got != 2*3 {
+		t.Fatalf("%d fds held on pod namespaces, want 6 (core, ZDS replay dup, ztunnel for each of 2 pods)", got)
 	}
 	adds := zdstest.AddedInodes(zt.Requests())
 	for _, r := range zt.Requests() {
@@ -173,8 +202,8 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 			t.Fatal("server still has a connection after ztunnel left")
 		}
 	}
-	if got := countFds(t); got > baseline {
-		t.Fatalf("%d fds open after all pods left, baseline %d", got, baseline)
+	if got := podFds(t, pods); got != 0 {
+		t.Fatalf("%d fds on pod namespaces still open after all pods left", got)
 	}
 }
 

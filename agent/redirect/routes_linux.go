@@ -6,8 +6,9 @@ import (
 	"net"
 
 	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/agent/netns"
 )
 
 // The policy routing Istio's in-pod mode relies on: packets whose mark
@@ -49,9 +50,17 @@ type routing struct {
 }
 
 func openRouting(netnsFd int) (*routing, error) {
-	// NETLINK_ROUTE only: a handle for every family costs a socket (and a
-	// namespace switch) each.
-	h, err := netlink.NewHandleAt(vnetns.NsHandle(netnsFd), unix.NETLINK_ROUTE)
+	// The socket is created on a dedicated locked thread switched into the
+	// pod's netns (a socket keeps the namespace it was created in), never
+	// on the caller's thread: the library's own NewHandleAt switches the
+	// calling thread and ignores a failure to switch back. NETLINK_ROUTE
+	// only: a handle for every family costs a socket each.
+	var h *netlink.Handle
+	err := netns.RunIn(uintptr(netnsFd), func() error {
+		var err error
+		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in pod netns: %w", err)
 	}

@@ -53,33 +53,9 @@ func Create(path string) error {
 	}
 	_ = f.Close()
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		origin, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("open current netns: %w", err)
-			return
-		}
-		defer unix.Close(origin)
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			errc <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		mountErr := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
-		if err := unix.Setns(origin, unix.CLONE_NEWNET); err != nil {
-			// Leave the thread locked: the runtime discards it.
-			errc <- fmt.Errorf("return to origin netns: %w", err)
-			return
-		}
-		runtime.UnlockOSThread()
-		if mountErr != nil {
-			errc <- fmt.Errorf("bind mount netns at %s: %w", path, mountErr)
-			return
-		}
-		errc <- nil
-	}()
+	// Everything, including closing the origin fd, happens before the
+	// result is sent: the caller must not see a transient namespace fd.
+	go func() { errc <- createLocked(path) }()
 	if err := <-errc; err != nil {
 		_ = os.Remove(path)
 		return err
@@ -94,6 +70,32 @@ func Destroy(path string) error {
 	}
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
 		return err
+	}
+	return nil
+}
+
+// createLocked runs on its own goroutine; the thread is discarded if it
+// cannot return to its original namespace.
+func createLocked(path string) error {
+	runtime.LockOSThread()
+	origin, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("open current netns: %w", err)
+	}
+	defer unix.Close(origin)
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("unshare: %w", err)
+	}
+	mountErr := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
+	if err := unix.Setns(origin, unix.CLONE_NEWNET); err != nil {
+		// Leave the thread locked: the runtime discards it.
+		return fmt.Errorf("return to origin netns: %w", err)
+	}
+	runtime.UnlockOSThread()
+	if mountErr != nil {
+		return fmt.Errorf("bind mount netns at %s: %w", path, mountErr)
 	}
 	return nil
 }
