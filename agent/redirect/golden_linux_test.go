@@ -322,3 +322,38 @@ func TestHostSNATIsIncremental(t *testing.T) {
 		t.Fatalf("Uninstall left:\n%s", got)
 	}
 }
+
+func TestIptablesHostSNAT(t *testing.T) {
+	host := netnstest.Open(t)
+	ipt, err := newIptables(VariantNft, int(host.Fd()))
+	must(t, err)
+	h, err := newIptablesHostSNAT(ipt, int(host.Fd()))
+	must(t, err)
+	// Set-up is idempotent: a restarted agent adds no second jump.
+	_, err = newIptablesHostSNAT(ipt, int(host.Fd()))
+	must(t, err)
+	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
+	must(t, h.Add([]netip.Addr{a, b}))
+	must(t, h.Delete([]netip.Addr{a}))
+	must(t, h.Delete([]netip.Addr{a})) // already gone: no error
+	save := inNetns(t, host, "iptables-nft-save", "-t", "nat")
+	if strings.Count(save, "-A POSTROUTING -j MESHLET_POSTRT") != 1 ||
+		!strings.Contains(save, "-A MESHLET_POSTRT -p tcp -m owner --socket-exists -m set --match-set meshlet-probes-v4 dst -j SNAT --to-source 169.254.7.127") {
+		t.Fatalf("node nat table:\n%s", save)
+	}
+	if v4 := inNetns(t, host, "ipset", "list", ipsetV4); strings.Contains(v4, "192.0.2.10") {
+		t.Fatalf("deleted address still in %s:\n%s", ipsetV4, v4)
+	}
+	if v6 := inNetns(t, host, "ipset", "list", ipsetV6); !strings.Contains(v6, "2001:db8::10") {
+		t.Fatalf("address missing from %s:\n%s", ipsetV6, v6)
+	}
+	must(t, h.Uninstall())
+	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
+		if out := inNetns(t, host, tool); strings.Contains(out, "MESHLET") {
+			t.Fatalf("%s after Uninstall:\n%s", tool, out)
+		}
+	}
+	if out := inNetns(t, host, "ipset", "list", "-n"); strings.Contains(out, "meshlet") {
+		t.Fatalf("ipsets after Uninstall: %s", out)
+	}
+}
