@@ -99,7 +99,9 @@ func (b *iptablesBackend) restore(fd int, f Family, input string) error {
 	if iptablesRestoreHook != nil {
 		input = iptablesRestoreHook(input)
 	}
-	_, err := runIn(fd, b.bin(f, "restore"), []byte(input), "--noflush")
+	// -w: wait for the xtables lock (the legacy variant's, shared by
+	// every netns) instead of failing while another restore holds it.
+	_, err := runIn(fd, b.bin(f, "restore"), []byte(input), "--noflush", "-w", "5")
 	return err
 }
 
