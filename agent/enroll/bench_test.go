@@ -27,7 +27,7 @@ type nopPorts struct{}
 
 func (nopPorts) Apply(context.Context, *Workload) error               { return nil }
 func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error { return nil }
-func (nopPorts) AddWorkload(context.Context, *Workload) error         { return nil }
+func (nopPorts) AddWorkload(context.Context, *Workload, Handover) error { return nil }
 func (nopPorts) DelWorkload(context.Context, string) error            { return nil }
 func (nopPorts) Report(PodRef, RedirectionStatus)                     {}
 

@@ -81,10 +81,14 @@ func (c *Core) Enroll(ctx context.Context, pod Pod) (Result, error) {
 	if pod.UID == "" {
 		return Result{}, errors.New("enroll: pod has no UID")
 	}
+	return c.enroll(ctx, pod, HandoverNow)
+}
+
+func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) {
 	s := c.lockSlot(pod.UID, true)
 	defer s.mu.Unlock()
 	s.pod = pod
-	return c.converge(ctx, s)
+	return c.converge(ctx, s, h)
 }
 
 // Release takes a stopping pod out of the mesh without entering its netns:
@@ -118,8 +122,9 @@ func (c *Core) Forget(ctx context.Context, uid string) error {
 
 // Reconcile converges to exactly the given set of running pods: each is
 // enrolled or not as policy says, and every pod the core knows that is not
-// in the set is forgotten. Errors are collected per pod; one failing pod
-// does not stop the others.
+// in the set is forgotten. The pods already run, so a missing ztunnel
+// defers their handover to its next connection instead of failing them.
+// Errors are collected per pod; one failing pod does not stop the others.
 func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 	running := make(map[string]struct{}, len(pods))
 	for _, p := range pods {
@@ -136,7 +141,10 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 
 	errs := c.parallel(len(stale), func(i int) error { return c.Forget(ctx, stale[i]) })
 	errs = append(errs, c.parallel(len(pods), func(i int) error {
-		_, err := c.Enroll(ctx, pods[i])
+		if pods[i].UID == "" {
+			return errors.New("reconcile: pod without UID")
+		}
+		_, err := c.enroll(ctx, pods[i], HandoverDeferred)
 		return err
 	})...)
 	return errors.Join(errs...)
@@ -161,7 +169,7 @@ func (c *Core) Reevaluate(ctx context.Context) error {
 		if s.state == StateReleased || s.state == StateReleasing {
 			return nil // stopped pods stay stopped
 		}
-		_, err := c.converge(ctx, s)
+		_, err := c.converge(ctx, s, HandoverDeferred)
 		return err
 	})
 	return errors.Join(errs...)
@@ -240,7 +248,7 @@ func (c *Core) setState(s *slot, st State, reason string) {
 }
 
 // converge makes the pod in s what policy wants. s.mu is held.
-func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
+func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error) {
 	pod := &s.pod
 
 	info, err := c.ports.Resolver.Resolve(ctx, pod)
@@ -296,7 +304,7 @@ func (c *Core) converge(ctx context.Context, s *slot) (Result, error) {
 		return c.fail(ctx, s, StepRedirect, err)
 	}
 	c.ports.Status.Report(s.ref(), RedirectionPending)
-	if err := c.ports.Proxy.AddWorkload(ctx, want); err != nil {
+	if err := c.ports.Proxy.AddWorkload(ctx, want, h); err != nil {
 		// The caller's deadline may be what failed the add; the rollback
 		// must run regardless.
 		if rerr := c.ports.Redirector.Remove(context.WithoutCancel(ctx), want, RemoveAll); rerr != nil {

@@ -401,3 +401,20 @@ func TestNewRequiresEveryPort(t *testing.T) {
 		t.Fatalf("New with missing ports: %v, want an error naming them", err)
 	}
 }
+
+// TestHandover: a starting pod fails without ztunnel; pods that already run
+// (Reconcile, Reevaluate) are registered for ztunnel's next connection.
+func TestHandover(t *testing.T) {
+	h := newHarness(t)
+	h.proxy.disconnected = true
+	if _, err := h.core.Enroll(ctx, h.pod("new", 1, meshOn)); FailedStep(err) != StepProxy {
+		t.Fatalf("Enroll of a starting pod without ztunnel = %v, want a ztunnel failure", err)
+	}
+	if err := h.core.Reconcile(ctx, []Pod{h.pod("running", 2, meshOn)}); err != nil {
+		t.Fatalf("Reconcile without ztunnel: %v", err)
+	}
+	wantState(t, h, "running", StateEnrolled, "")
+	if _, ok := h.core.Status("new"); ok {
+		t.Fatal("Reconcile did not forget the pod missing from the running set")
+	}
+}

@@ -175,14 +175,19 @@ type fakeProxy struct {
 	mu      sync.Mutex
 	added   map[string]*Workload
 	failAdd error
+	// disconnected: no proxy; HandoverNow fails, HandoverDeferred registers.
+	disconnected bool
 }
 
-func (f *fakeProxy) AddWorkload(_ context.Context, w *Workload) error {
+func (f *fakeProxy) AddWorkload(_ context.Context, w *Workload, h Handover) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rec.add("add %s inode=%d sa=%s", w.UID, w.Netns.Inode(), w.ServiceAccount)
 	if f.failAdd != nil {
 		return f.failAdd
+	}
+	if f.disconnected && h == HandoverNow {
+		return errors.New("no proxy connected")
 	}
 	f.added[w.UID] = w
 	return nil

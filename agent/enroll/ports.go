@@ -52,11 +52,26 @@ type Redirector interface {
 	Remove(ctx context.Context, w *Workload, scope RemoveScope) error
 }
 
+// Handover says what AddWorkload does when no proxy is connected.
+type Handover int
+
+const (
+	// HandoverNow fails when no proxy is connected: a pod that is starting
+	// must not run as if it were meshed while nothing proxies it.
+	HandoverNow Handover = iota
+	// HandoverDeferred registers the workload for the next proxy
+	// connection's snapshot when none is connected: for pods that already
+	// run (agent restart, late enrollment, label changes), where failing
+	// would change nothing.
+	HandoverDeferred
+)
+
 // ProxyLink hands workloads to the node proxy (ztunnel).
 type ProxyLink interface {
-	// AddWorkload returns once the proxy acknowledged the workload; any
-	// error means the proxy does not have it.
-	AddWorkload(ctx context.Context, w *Workload) error
+	// AddWorkload returns once the proxy acknowledged the workload (or,
+	// with HandoverDeferred and no proxy connected, once it is registered
+	// for the next connection); any error means the proxy does not have it.
+	AddWorkload(ctx context.Context, w *Workload, h Handover) error
 	// DelWorkload tells the proxy to drop the workload.
 	DelWorkload(ctx context.Context, uid string) error
 }

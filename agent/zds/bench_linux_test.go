@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/zds"
 )
 
@@ -38,7 +39,7 @@ func BenchmarkZDSAdd(b *testing.B) {
 	var lat []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		if err := s.AddWorkload(ctx, w); err != nil {
+		if err := s.AddWorkload(ctx, w, enroll.HandoverNow); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))

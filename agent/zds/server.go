@@ -314,9 +314,11 @@ func workloadInfo(w *enroll.Workload) *zdspb.WorkloadInfo {
 }
 
 // AddWorkload registers the workload and sends Add, with a dup of its netns
-// fd, to the newest connection; it returns when ztunnel acks. On any error
-// the workload is not registered.
-func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload) error {
+// fd, to the newest connection; it returns when ztunnel acks. With no
+// connection it fails with ErrNoProxy, or with HandoverDeferred keeps the
+// workload registered for the next connection's snapshot. On any error the
+// workload is not registered.
+func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload, h enroll.Handover) error {
 	if ew.Netns == nil {
 		return fmt.Errorf("zds: add %s: workload has no netns", ew.UID)
 	}
@@ -325,9 +327,12 @@ func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload) error {
 		return fmt.Errorf("zds: add %s: dup netns fd: %w", ew.UID, err)
 	}
 	w := &workload{uid: ew.UID, info: workloadInfo(ew), fd: fd}
-	c, err := s.register(w)
+	c, err := s.register(w, h == enroll.HandoverDeferred)
 	if err != nil {
 		return fmt.Errorf("zds: add %s: %w", ew.UID, err)
+	}
+	if c == nil {
+		return nil // deferred: the next connection's snapshot carries it
 	}
 	if err := c.send(ctx, w); err != nil {
 		s.unregister(ctx, w, c)
@@ -351,14 +356,15 @@ func (s *Server) KeepWorkload(uid, name, namespace, serviceAccount string) {
 	}
 }
 
-// register puts w in the registry and picks the newest connection.
-func (s *Server) register(w *workload) (*conn, error) {
+// register puts w in the registry and picks the newest connection. With
+// no connection it fails, or registers w for the next snapshot if deferOK.
+func (s *Server) register(w *workload, deferOK bool) (*conn, error) {
 	s.mu.Lock()
 	var c *conn
 	if n := len(s.conns); n > 0 {
 		c = s.conns[n-1]
 	}
-	if c == nil {
+	if c == nil && !deferOK {
 		s.mu.Unlock()
 		w.retire()
 		return nil, ErrNoProxy

@@ -96,7 +96,7 @@ func workload(t testing.TB, uid string) *enroll.Workload {
 func addAcked(t testing.TB, s *zds.Server, c *zdstest.Client, w *enroll.Workload) *zdstest.Request {
 	t.Helper()
 	errc := make(chan error, 1)
-	go func() { errc <- s.AddWorkload(context.Background(), w) }()
+	go func() { errc <- s.AddWorkload(context.Background(), w, enroll.HandoverNow) }()
 	r, err := c.Recv(wait)
 	if err != nil {
 		t.Fatalf("recv add: %v", err)
@@ -246,7 +246,7 @@ func TestAddCarriesNetnsFdAndWorkloadInfo(t *testing.T) {
 
 func TestAddWithoutZtunnel(t *testing.T) {
 	s := startServer(t, zds.Config{})
-	err := s.AddWorkload(context.Background(), workload(t, "u1"))
+	err := s.AddWorkload(context.Background(), workload(t, "u1"), enroll.HandoverNow)
 	if !errors.Is(err, zds.ErrNoProxy) {
 		t.Fatalf("AddWorkload with no ztunnel = %v, want ErrNoProxy", err)
 	}
@@ -303,7 +303,7 @@ func TestNackIsAnErrorAndNotRegistered(t *testing.T) {
 	s := startServer(t, zds.Config{})
 	c, _ := connect(t, s)
 	errc := make(chan error, 1)
-	go func() { errc <- s.AddWorkload(context.Background(), workload(t, "refused")) }()
+	go func() { errc <- s.AddWorkload(context.Background(), workload(t, "refused"), enroll.HandoverNow) }()
 	r, err := c.Recv(wait)
 	if err != nil {
 		t.Fatal(err)
@@ -326,7 +326,7 @@ func TestNackIsAnErrorAndNotRegistered(t *testing.T) {
 func TestAckTimeoutClosesConnection(t *testing.T) {
 	s := startServer(t, zds.Config{AckTimeout: 200 * time.Millisecond})
 	c, _ := connect(t, s)
-	err := s.AddWorkload(context.Background(), workload(t, "slow"))
+	err := s.AddWorkload(context.Background(), workload(t, "slow"), enroll.HandoverNow)
 	if err == nil || !strings.Contains(err.Error(), "no ack") {
 		t.Fatalf("AddWorkload without ack = %v, want a timeout", err)
 	}
@@ -349,7 +349,7 @@ func TestContextCancelAbandonsAndClosesConnection(t *testing.T) {
 	c, _ := connect(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := s.AddWorkload(ctx, workload(t, "u")); !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no ack") {
+	if err := s.AddWorkload(ctx, workload(t, "u"), enroll.HandoverNow); !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no ack") {
 		t.Fatalf("AddWorkload past its deadline = %v", err)
 	}
 	r, err := c.Recv(wait)
@@ -440,7 +440,7 @@ func TestMisbehavingPeerIsClosedOthersUnaffected(t *testing.T) {
 		s := startServer(t, zds.Config{})
 		victim, _ := connect(t, s)
 		errc := make(chan error, 1)
-		go func() { errc <- s.AddWorkload(context.Background(), workload(t, "u")) }()
+		go func() { errc <- s.AddWorkload(context.Background(), workload(t, "u"), enroll.HandoverNow) }()
 		r, err := victim.Recv(wait)
 		if err != nil {
 			t.Fatal(err)
@@ -567,7 +567,7 @@ func TestDelDuringReplayIsNeverFollowedByItsAdd(t *testing.T) {
 	defer old.Stop()
 	waitConns(t, s, 1)
 	for _, uid := range []string{"w1", "w2"} {
-		if err := s.AddWorkload(context.Background(), workload(t, uid)); err != nil {
+		if err := s.AddWorkload(context.Background(), workload(t, uid), enroll.HandoverNow); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -619,5 +619,20 @@ func TestDelDuringReplayIsNeverFollowedByItsAdd(t *testing.T) {
 	got := strings.Join(seen, ",")
 	if got != "del "+other+",snapshot_sent " && got != "snapshot_sent ,del "+other {
 		t.Fatalf("joining connection got %q, want the Del and SnapshotSent only", got)
+	}
+}
+
+func TestDeferredAddWithoutZtunnel(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	w := workload(t, "running")
+	if err := s.AddWorkload(context.Background(), w, enroll.HandoverDeferred); err != nil {
+		t.Fatalf("deferred AddWorkload with no ztunnel: %v", err)
+	}
+	if s.Workloads() != 1 {
+		t.Fatalf("deferred workload not registered")
+	}
+	_, snap := connect(t, s)
+	if len(snap) != 1 || snap[0].Kind != zdstest.Add || snap[0].NetnsInode != w.Netns.Inode() {
+		t.Fatalf("snapshot %v, want the deferred workload with its netns", snap)
 	}
 }

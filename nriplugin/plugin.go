@@ -1,0 +1,221 @@
+package nriplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// Core is the part of the enrollment core the plugin drives.
+type Core interface {
+	Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
+	Release(ctx context.Context, uid string) error
+	Forget(ctx context.Context, uid string) error
+	Reconcile(ctx context.Context, pods []enroll.Pod) error
+	Status(uid string) (enroll.PodStatus, bool)
+}
+
+var _ Core = (*enroll.Core)(nil)
+
+// Metrics receives what the plugin observes. Implementations must not
+// block.
+type Metrics interface {
+	// Enrolled records one enrollment done inside a runtime hook.
+	Enrolled(d time.Duration, err error)
+	// LateEnrolled counts pods enrolled at Synchronize: they started while
+	// meshlet was not connected.
+	LateEnrolled(n int)
+	// Connected records the runtime connection state.
+	Connected(bool)
+}
+
+// Config configures the plugin.
+type Config struct {
+	// SocketPath is the runtime's NRI socket.
+	SocketPath string
+	// Name and Index register the plugin ("10-meshlet").
+	Name  string
+	Index string
+	// EnrollTimeout bounds one enrollment inside a hook. Keep it below the
+	// runtime's plugin request timeout (2 s by default).
+	EnrollTimeout time.Duration
+	// MinBackoff and MaxBackoff bound reconnect attempts; StablePeriod is
+	// how long a connection must last for the backoff to reset.
+	MinBackoff, MaxBackoff, StablePeriod time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{SocketPath: "/var/run/nri/nri.sock", Name: "meshlet", Index: "10",
+		EnrollTimeout: 1500 * time.Millisecond,
+		MinBackoff:    100 * time.Millisecond, MaxBackoff: 10 * time.Second, StablePeriod: 30 * time.Second}
+}
+
+// Plugin is the NRI plugin.
+type Plugin struct {
+	cfg       Config
+	core      Core
+	metrics   Metrics
+	connected atomic.Bool
+}
+
+// New returns a plugin driving core.
+func New(cfg Config, core Core, metrics Metrics) *Plugin {
+	return &Plugin{cfg: cfg, core: core, metrics: metrics}
+}
+
+// Connected reports whether the runtime connection is up and synchronized.
+func (p *Plugin) Connected() bool { return p.connected.Load() }
+
+// Run connects to the runtime and serves until ctx ends, reconnecting
+// whenever the runtime goes away.
+func (p *Plugin) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("nri")
+	backoff := p.cfg.MinBackoff
+	for {
+		start := time.Now()
+		err := p.runOnce(klog.NewContext(ctx, logger))
+		p.setConnected(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if time.Since(start) >= p.cfg.StablePeriod {
+			backoff = p.cfg.MinBackoff
+		}
+		logger.Info("Runtime connection lost, reconnecting", "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, p.cfg.MaxBackoff)
+	}
+}
+
+func (p *Plugin) runOnce(ctx context.Context) error {
+	s, err := stub.New(p,
+		stub.WithPluginName(p.cfg.Name),
+		stub.WithPluginIdx(p.cfg.Index),
+		stub.WithSocketPath(p.cfg.SocketPath),
+		// Runtimes with NRI ≥ 0.12.5 fail the request instead of running
+		// the pod unmeshed if meshlet times out or is gone; older ones
+		// ignore it (see deploy/ for the runtime-side guarantee).
+		stub.WithFailurePolicy(&api.FailurePolicy{FailRequest: true}),
+	)
+	if err != nil {
+		return fmt.Errorf("create NRI stub: %w", err)
+	}
+	return s.Run(ctx)
+}
+
+func (p *Plugin) setConnected(c bool) {
+	if p.connected.Swap(c) != c {
+		p.metrics.Connected(c)
+	}
+}
+
+// Configure subscribes to the events the plugin handles.
+func (p *Plugin) Configure(ctx context.Context, _, runtime, version string) (api.EventMask, error) {
+	klog.FromContext(ctx).Info("Connected to runtime", "runtime", runtime, "version", version)
+	return api.MustParseEventMask("RunPodSandbox,StopPodSandbox,RemovePodSandbox,CreateContainer"), nil
+}
+
+// Synchronize reconciles with the runtime's running pods. Pods the core did
+// not know and now enrolled started while meshlet was away: they are logged
+// and counted. Errors are logged: failing Synchronize would only keep the
+// plugin from registering and leave every new pod unserved.
+func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
+	logger := klog.FromContext(ctx)
+	pods := make([]enroll.Pod, 0, len(sandboxes))
+	known := map[string]bool{}
+	for _, sb := range sandboxes {
+		pod, bad := podFromSandbox(sb)
+		if len(bad) > 0 {
+			logger.Info("Ignoring unparsable pod IPs", "pod", klog.KRef(pod.Namespace, pod.Name), "ips", bad)
+		}
+		st, ok := p.core.Status(pod.UID)
+		known[pod.UID] = ok && st.State == enroll.StateEnrolled
+		pods = append(pods, pod)
+	}
+	err := p.core.Reconcile(ctx, pods)
+	late := 0
+	for _, pod := range pods {
+		if st, _ := p.core.Status(pod.UID); st.State == enroll.StateEnrolled && !known[pod.UID] {
+			late++
+			logger.Info("Pod enrolled late: it started while meshlet was not connected", "pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
+		}
+	}
+	p.metrics.LateEnrolled(late)
+	if err != nil {
+		logger.Error(err, "Synchronize: some pods could not be reconciled")
+	}
+	logger.Info("Synchronized with runtime", "pods", len(pods), "lateEnrolled", late)
+	p.setConnected(true)
+	return nil, nil
+}
+
+// RunPodSandbox enrolls the pod before any of its containers exist.
+func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	pod, bad := podFromSandbox(sb)
+	if len(bad) > 0 {
+		return fmt.Errorf("meshlet: pod %s/%s: unparsable IPs %q from the runtime", pod.Namespace, pod.Name, bad)
+	}
+	if err := p.enroll(ctx, pod); err != nil {
+		return fmt.Errorf("meshlet: pod %s/%s must join the mesh but could not be enrolled (the runtime will retry): %w",
+			pod.Namespace, pod.Name, err)
+	}
+	return nil
+}
+
+func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
+	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.EnrollTimeout,
+		fmt.Errorf("enrollment exceeded --enroll-timeout=%v", p.cfg.EnrollTimeout))
+	defer cancel()
+	start := time.Now()
+	res, err := p.core.Enroll(ctx, pod)
+	if res.Changed || err != nil {
+		p.metrics.Enrolled(time.Since(start), err)
+	}
+	return err
+}
+
+// StopPodSandbox releases the pod. It never fails: a stop must not be held
+// up by the mesh.
+func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	if err := p.core.Release(ctx, sb.GetUid()); err != nil {
+		klog.FromContext(ctx).Error(err, "Release reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
+	}
+	return nil
+}
+
+// RemovePodSandbox forgets the pod.
+func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	if err := p.core.Forget(ctx, sb.GetUid()); err != nil {
+		klog.FromContext(ctx).Error(err, "Forget reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
+	}
+	return nil
+}
+
+// ErrNotMeshed refuses a container of a pod that must be meshed and is not.
+var ErrNotMeshed = errors.New("pod must be meshed but is not enrolled")
+
+// CreateContainer is the fail-closed gate: an app container starts only in
+// a pod that is enrolled or that policy leaves out of the mesh. Enroll is
+// idempotent, so for an enrolled pod this is a cheap check, and a pod the
+// core missed (a race with a reconnect) is enrolled now.
+func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	pod, _ := podFromSandbox(sb)
+	if err := p.enroll(ctx, pod); err != nil {
+		return nil, nil, fmt.Errorf("meshlet: refusing container %q of pod %s/%s: %w: %w",
+			c.GetName(), pod.Namespace, pod.Name, ErrNotMeshed, err)
+	}
+	return nil, nil, nil
+}
