@@ -4,36 +4,85 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"strings"
+	"time"
 
 	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // EnvPrefix prefixes the environment variable of every flag:
 // --ztunnel-socket is MESHLET_ZTUNNEL_SOCKET.
 const EnvPrefix = "MESHLET_"
 
+// Mode selects how pods reach the core.
+type Mode string
+
+const (
+	// ModeAuto picks the best source the node offers (today: NRI).
+	ModeAuto Mode = "auto"
+	// ModeNRI uses the runtime's NRI plugin interface.
+	ModeNRI Mode = "nri"
+)
+
+// Set implements flag.Value.
+func (m *Mode) Set(s string) error {
+	switch Mode(s) {
+	case ModeAuto, ModeNRI:
+		*m = Mode(s)
+		return nil
+	}
+	return fmt.Errorf("unknown mode %q (want auto or nri; cni comes with the CNI fallback)", s)
+}
+
+func (m *Mode) String() string { return string(*m) }
+
 // Config is the daemon's whole configuration.
 type Config struct {
 	// NodeName is the Kubernetes node this agent serves.
 	NodeName string
+	// Mode selects the pod source.
+	Mode Mode
+	// NRI configures the NRI plugin (socket, index, enroll timeout).
+	NRI nriplugin.Config
 	// ZtunnelSocket is where ztunnel connects (ZDS).
 	ZtunnelSocket string
+	// Redirect selects the in-pod rule backend.
+	Redirect redirect.Config
+	// Standalone runs without an API server: policy sees only the pod's
+	// own labels and every service account is reported as "default".
+	Standalone bool
+	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics.
+	// Empty disables.
+	HealthAddr  string
+	MetricsAddr string
 	// Policy selects pods and their options.
 	Policy policy.Config
 }
 
-// DefaultConfig returns the defaults: Istio's selection rules and ztunnel's
-// socket path.
+// DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
+// socket path, the runtime's NRI socket, nftables redirection.
 func DefaultConfig() Config {
-	return Config{ZtunnelSocket: zds.DefaultSocketPath, Policy: policy.Defaults()}
+	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
+		Redirect: redirect.DefaultConfig(), HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults()}
 }
 
 // AddFlags registers every setting on fs.
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
+	fs.Var(&c.Mode, "mode", "pod source: auto or nri")
+	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
+	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
+	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
+	fs.Var(&c.Redirect.Backend, "redirect-backend", "in-pod rules: nftables or iptables")
+	fs.Var(&c.Redirect.IptablesVariant, "iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
+	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them and service accounts are reported as \"default\" (required until API server support lands)")
+	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
 	fs.Var(newListValue(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
 	fs.Var(newListValue(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
 	fs.BoolVar(&c.Policy.DNSCapture, "dns-capture", c.Policy.DNSCapture, "redirect pods' DNS to ztunnel by default (per pod: annotation ambient.istio.io/dns-capture)")
@@ -48,6 +97,26 @@ func (c *Config) Validate() error {
 	}
 	if c.Policy.DataplaneModeLabel == "" {
 		return errors.New("--dataplane-mode-label must not be empty")
+	}
+	if c.NRI.SocketPath == "" {
+		return errors.New("--nri-socket must not be empty")
+	}
+	if len(c.NRI.Index) != 2 || c.NRI.Index[0] < '0' || c.NRI.Index[0] > '9' || c.NRI.Index[1] < '0' || c.NRI.Index[1] > '9' {
+		return fmt.Errorf("--nri-plugin-index=%q: want two digits, e.g. 10", c.NRI.Index)
+	}
+	if c.NRI.EnrollTimeout <= 0 || c.NRI.EnrollTimeout >= 2*time.Second {
+		return fmt.Errorf("--enroll-timeout=%v: want more than 0 and less than the runtime's 2s NRI request timeout (a timed-out hook drops the plugin and the pod starts unmeshed)", c.NRI.EnrollTimeout)
+	}
+	if !c.Standalone {
+		return errors.New("--standalone is required: Kubernetes API server support (service accounts, namespace labels, status) has not landed yet")
+	}
+	for flagName, addr := range map[string]string{"--health-addr": c.HealthAddr, "--metrics-addr": c.MetricsAddr} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s=%q: %w", flagName, addr, err)
+		}
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err

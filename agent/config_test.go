@@ -2,6 +2,7 @@ package agent
 
 import (
 	"flag"
+	"io"
 	"slices"
 	"strings"
 	"testing"
@@ -51,6 +52,10 @@ func TestDefaultsAreIstios(t *testing.T) {
 		cfg.ZtunnelSocket != "/var/run/ztunnel/ztunnel.sock" {
 		t.Fatalf("defaults %+v", cfg)
 	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--standalone") {
+		t.Fatalf("defaults without an API server: %v, want an error naming --standalone", err)
+	}
+	cfg.Standalone = true
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +69,34 @@ func TestBadEnvNamesVariableAndFlag(t *testing.T) {
 }
 
 func TestValidateNamesFlag(t *testing.T) {
-	cfg, _ := parse(t, []string{"--ztunnel-socket="}, nil)
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--ztunnel-socket") {
-		t.Fatalf("Validate = %v, want an error naming --ztunnel-socket", err)
+	for _, c := range []struct{ arg, flag string }{
+		{"--ztunnel-socket=", "--ztunnel-socket"},
+		{"--dataplane-mode-label=", "--dataplane-mode-label"},
+		{"--nri-socket=", "--nri-socket"},
+		{"--nri-plugin-index=7", "--nri-plugin-index"},
+		{"--nri-plugin-index=a1", "--nri-plugin-index"},
+		{"--enroll-timeout=2s", "--enroll-timeout"},
+		{"--enroll-timeout=0s", "--enroll-timeout"},
+		{"--health-addr=9880", "--health-addr"},
+	} {
+		cfg, err := parse(t, []string{"--standalone", c.arg}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.flag) {
+			t.Errorf("%s: Validate = %v, want an error naming %s", c.arg, err, c.flag)
+		}
 	}
-	cfg, _ = parse(t, []string{"--dataplane-mode-label="}, nil)
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--dataplane-mode-label") {
-		t.Fatalf("Validate = %v, want an error naming --dataplane-mode-label", err)
+}
+
+func TestEnumFlagsRejectUnknownValues(t *testing.T) {
+	for _, arg := range []string{"--mode=cni", "--redirect-backend=ebpf", "--iptables-variant=new"} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		cfg := DefaultConfig()
+		cfg.AddFlags(fs)
+		if err := fs.Parse([]string{arg}); err == nil {
+			t.Errorf("%s accepted", arg)
+		}
 	}
 }

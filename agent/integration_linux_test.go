@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -207,12 +210,44 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 }
 
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func httpGet(t *testing.T, url string) (int, string) {
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestRunServesUntilCancelled runs the daemon without a container runtime:
+// it serves ZDS, is alive but not ready (naming why), exports metrics, and
+// stops cleanly on cancellation, removing its socket.
 func TestRunServesUntilCancelled(t *testing.T) {
 	privtest.RequireRoot(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
+	node, err := netns.Open(netnstest.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close()
 	cfg := DefaultConfig()
-	cfg.ZtunnelSocket = filepath.Join(shortDir(t), "run", "z.sock")
+	dir := shortDir(t)
+	cfg.Standalone = true
+	cfg.ZtunnelSocket = filepath.Join(dir, "run", "z.sock")
+	cfg.NRI.SocketPath = filepath.Join(dir, "no-runtime.sock")
+	cfg.Redirect.HostNetnsFd = int(node.Fd()) // never the real node's tables
+	cfg.HealthAddr, cfg.MetricsAddr = freePort(t), freePort(t)
 	errc := make(chan error, 1)
 	go func() { errc <- Run(ctx, cfg) }()
 	var c *zdstest.Client
@@ -230,6 +265,16 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	defer c.Close()
 	if _, err := c.ReadSnapshot(5 * time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if code, _ := httpGet(t, "http://"+cfg.HealthAddr+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	if code, body := httpGet(t, "http://"+cfg.HealthAddr+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "NRI") {
+		t.Errorf("/readyz without a runtime = %d %q, want 503 naming NRI", code, body)
+	}
+	if _, body := httpGet(t, "http://"+cfg.MetricsAddr+"/metrics"); !strings.Contains(body, "meshlet_ztunnel_connections 1") ||
+		!strings.Contains(body, "meshlet_runtime_connected 0") || !strings.Contains(body, `meshlet_enroll_failures_total{step="ztunnel"} 0`) {
+		t.Errorf("/metrics lacks meshlet's metrics:\n%s", body)
 	}
 	cancel()
 	if err := <-errc; err != nil {

@@ -2,23 +2,34 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/nriplugin"
 )
 
-// Run runs the daemon until ctx ends. Today it serves ztunnel's ZDS socket
-// with the enrollment state it holds; the runtime adapters (NRI, CNI) and
-// the in-pod redirector plug in here as they land.
+// Run runs the daemon until ctx ends or a component fails. Shutdown is
+// ordered: the NRI plugin goes first (no new pods), then the ZDS server,
+// then the HTTP endpoints. Enrolled pods keep their rules: an agent restart
+// or upgrade must not unmesh running pods (the next agent re-adopts them at
+// Synchronize, and ztunnel keeps proxying meanwhile).
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	if _, err := policy.New(cfg.Policy); err != nil {
+	pol, err := policy.New(cfg.Policy)
+	if err != nil {
 		return err
 	}
 	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket})
@@ -26,10 +37,85 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	defer server.Close()
-	logger.Info("meshlet started", "node", cfg.NodeName, "ztunnelSocket", server.Addr())
-	if err := server.Serve(ctx); err != nil {
-		return fmt.Errorf("ztunnel server: %w", err)
+	redir, err := redirect.New(cfg.Redirect)
+	if err != nil {
+		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
-	logger.Info("meshlet stopped", "cause", context.Cause(ctx))
-	return nil
+	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Opener: netnsOpener{},
+		Redirector: redir, Proxy: server, Status: logStatus{logger: logger}})
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := newMetrics(reg, core, server.Connections)
+	plugin := nriplugin.New(cfg.NRI, core, m)
+
+	var zdsServing atomic.Bool
+	ready := func() error {
+		switch {
+		case !zdsServing.Load():
+			return errors.New("ZDS socket not serving")
+		case !plugin.Connected():
+			return errors.New("not connected to the container runtime (NRI)")
+		}
+		return nil
+	}
+	var servers []*httpServer
+	defer func() {
+		for _, s := range servers {
+			if err := s.stop(); err != nil {
+				logger.Error(err, "Stopping HTTP server")
+			}
+		}
+	}()
+	if cfg.HealthAddr != "" {
+		s, err := listenHTTP("health", cfg.HealthAddr, healthHandler(ready))
+		if err != nil {
+			return err
+		}
+		servers = append(servers, s)
+	}
+	if cfg.MetricsAddr != "" {
+		s, err := listenHTTP("metrics", cfg.MetricsAddr, metricsHandler(reg))
+		if err != nil {
+			return err
+		}
+		servers = append(servers, s)
+	}
+
+	// Each component gets a lifetime of its own, so shutdown can be ordered;
+	// a component that fails cancels the root with its error as the cause.
+	root, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	start := func(name string, run func(context.Context) error) (stop func()) {
+		cctx, cancel := context.WithCancel(context.WithoutCancel(root))
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := run(cctx); err != nil {
+				fail(fmt.Errorf("%s: %w", name, err))
+			} else if cctx.Err() == nil {
+				fail(fmt.Errorf("%s stopped unexpectedly", name))
+			}
+		})
+		return func() { cancel(); wg.Wait() }
+	}
+	stopZDS := start("ztunnel server", func(ctx context.Context) error {
+		zdsServing.Store(true)
+		defer zdsServing.Store(false)
+		return server.Serve(ctx)
+	})
+	stopNRI := start("NRI plugin", plugin.Run)
+	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
+		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone)
+
+	<-root.Done()
+	cause := context.Cause(root)
+	logger.Info("meshlet stopping", "cause", cause)
+	stopNRI()
+	stopZDS()
+	if ctx.Err() != nil {
+		return nil // asked to stop: a clean shutdown
+	}
+	return cause
 }

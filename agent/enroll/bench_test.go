@@ -25,11 +25,11 @@ func (o inodeOpener) Open(path string) (Netns, error) { return o.inodes[path], n
 
 type nopPorts struct{}
 
-func (nopPorts) Apply(context.Context, *Workload) error               { return nil }
-func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error { return nil }
+func (nopPorts) Apply(context.Context, *Workload) error                 { return nil }
+func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error   { return nil }
 func (nopPorts) AddWorkload(context.Context, *Workload, Handover) error { return nil }
-func (nopPorts) DelWorkload(context.Context, string) error            { return nil }
-func (nopPorts) Report(PodRef, RedirectionStatus)                     {}
+func (nopPorts) DelWorkload(context.Context, string) error              { return nil }
+func (nopPorts) Report(PodRef, RedirectionStatus)                       {}
 
 // BenchmarkEnrollNoop: Enroll of an already-enrolled pod (the common case:
 // Synchronize after a restart, label watchers) with N pods enrolled. Cost
