@@ -1,0 +1,382 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/test/e2e/env"
+)
+
+var ambient = map[string]string{"istio.io/dataplane-mode": "ambient"}
+
+// mesh is one meshlet daemon plus a ztunnel stand-in.
+type mesh struct {
+	t       *testing.T
+	socket  string
+	meshlet *env.Meshlet
+	zt      *zdstest.Ztunnel
+}
+
+func startMesh(t *testing.T) *mesh {
+	t.Helper()
+	m := &mesh{t: t, socket: filepath.Join(t.TempDir(), "zt.sock")}
+	m.startMeshlet()
+	m.connectZtunnel()
+	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if m.zt != nil {
+			m.zt.Stop()
+		}
+		if m.meshlet != nil {
+			if err := m.meshlet.Stop(); err != nil {
+				t.Errorf("meshlet stop: %v", err)
+			}
+		}
+	})
+	return m
+}
+
+func (m *mesh) startMeshlet() {
+	m.t.Helper()
+	ml, err := theEnv.StartMeshlet(m.socket)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.meshlet = ml
+}
+
+// connectZtunnel connects a fresh ztunnel stand-in and waits for its
+// snapshot.
+func (m *mesh) connectZtunnel() {
+	m.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	zt := &zdstest.Ztunnel{}
+	for {
+		err := zt.Start(m.socket)
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("ztunnel stand-in could not connect: %v (meshlet log %s)", err, m.meshlet.LogPath)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := zt.WaitSnapshot(ctx); err != nil {
+		m.t.Fatal(err)
+	}
+	m.zt = zt
+}
+
+func (m *mesh) adds(uid string) []*zdstest.Request {
+	var out []*zdstest.Request
+	for _, r := range m.zt.Requests() {
+		if r.Kind == zdstest.Add && r.UID == uid {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (m *mesh) waitFor(what string, cond func([]*zdstest.Request) bool) {
+	m.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := m.zt.WaitFor(ctx, cond); err != nil {
+		m.t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+type pod struct {
+	spec env.PodSpec
+	id   string
+	info env.PodInfo
+}
+
+var podSeq int
+
+func runPod(t *testing.T, namespace string, labels map[string]string, hostNetwork bool) *pod {
+	t.Helper()
+	podSeq++
+	name := fmt.Sprintf("%s-%d", strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())), podSeq)
+	if len(name) > 50 {
+		name = name[len(name)-50:]
+	}
+	name = strings.TrimLeft(name, "-")
+	p := &pod{spec: env.PodSpec{Name: name, Namespace: namespace, UID: fmt.Sprintf("uid-%d-%d", time.Now().UnixNano(), podSeq),
+		Labels: labels, HostNetwork: hostNetwork}}
+	id, err := theEnv.RunPod(p.spec)
+	if err != nil {
+		t.Fatalf("run pod %s: %v", name, err)
+	}
+	p.id = id
+	t.Cleanup(func() { _ = theEnv.RemovePod(id) })
+	if p.info, err = theEnv.InspectPod(id); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func hasRules(t *testing.T, netnsPath string) bool {
+	t.Helper()
+	err := exec.Command("nsenter", "--net="+netnsPath, "nft", "list", "table", "inet", "meshlet").Run()
+	return err == nil
+}
+
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	ino, err := env.Inode(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ino
+}
+
+// TestMeshPodLifecycle: a labelled pod is enrolled before RunPodSandbox
+// returns (ztunnel has its netns, the rules are in place); other pods are
+// untouched; stop and remove release it and leak no fd.
+func TestMeshPodLifecycle(t *testing.T) {
+	m := startMesh(t)
+	meshPod := runPod(t, "app", ambient, false)
+	// No waiting: crictl runp returned, so the hook (rules, Add, Ack) did.
+	adds := m.adds(meshPod.spec.UID)
+	if len(adds) != 1 {
+		t.Fatalf("ztunnel got %d adds for the mesh pod when runp returned, want 1 (all: %v)", len(adds), m.zt.Requests())
+	}
+	add := adds[0]
+	if want := inode(t, meshPod.info.NetnsPath); add.NetnsInode != want {
+		t.Errorf("Add carried netns inode %d, sandbox netns is %d", add.NetnsInode, want)
+	}
+	if add.Info.GetName() != meshPod.spec.Name || add.Info.GetNamespace() != "app" || add.Info.GetServiceAccount() != "default" {
+		t.Errorf("workload info %v", add.Info)
+	}
+	if !hasRules(t, meshPod.info.NetnsPath) {
+		t.Errorf("no redirection rules in the mesh pod's netns")
+	}
+
+	plain := runPod(t, "app", nil, false)
+	host := runPod(t, "app", ambient, true)
+	system := runPod(t, "kube-system", ambient, false)
+	for _, p := range []*pod{plain, host, system} {
+		if n := len(m.adds(p.spec.UID)); n != 0 {
+			t.Errorf("pod %s/%s got %d adds, want none", p.spec.Namespace, p.spec.Name, n)
+		}
+		if p.info.NetnsPath != "" && hasRules(t, p.info.NetnsPath) {
+			t.Errorf("pod %s/%s has redirection rules", p.spec.Namespace, p.spec.Name)
+		}
+	}
+
+	ino := inode(t, meshPod.info.NetnsPath)
+	held := func() int {
+		fds, err := m.meshlet.NetnsFds()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, f := range fds {
+			if f == ino {
+				n++
+			}
+		}
+		return n
+	}
+	if held() == 0 {
+		t.Fatalf("meshlet holds no fd on the enrolled pod's netns")
+	}
+	if err := theEnv.StopPod(meshPod.id); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("Del", func(rs []*zdstest.Request) bool {
+		for _, r := range rs {
+			if r.Kind == zdstest.Del && r.UID == meshPod.spec.UID {
+				return true
+			}
+		}
+		return false
+	})
+	if err := theEnv.RemovePod(meshPod.id); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 0 {
+		t.Fatalf("meshlet still holds %d fds on the removed pod's netns", n)
+	}
+}
+
+// dialFrom opens a TCP connection from inside a netns.
+func dialFrom(t *testing.T, nsPath, addr string) (net.Conn, error) {
+	h, err := netns.Open(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var c net.Conn
+	err = h.Do(func() error {
+		var err error
+		c, err = net.DialTimeout("tcp", addr, 3*time.Second)
+		return err
+	})
+	return c, err
+}
+
+func listenIn(t *testing.T, nsPath, addr string) net.Listener {
+	h, err := netns.Open(nsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	var l net.Listener
+	if err := h.Do(func() error {
+		var err error
+		l, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func accept(t *testing.T, l net.Listener) net.Conn {
+	t.Helper()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := l.Accept(); ch <- res{c, err} }()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.c
+	case <-time.After(5 * time.Second):
+		l.Close()
+		t.Fatalf("no connection on %s", l.Addr())
+		return nil
+	}
+}
+
+// TestPackets: traffic from another pod to an enrolled pod reaches
+// ztunnel's inbound port inside it; a connection from the node (kubelet's
+// probes) is SNATed to the probe address and reaches the app directly.
+func TestPackets(t *testing.T) {
+	startMesh(t)
+	meshPod := runPod(t, "app", ambient, false)
+	client := runPod(t, "app", nil, false)
+	inbound := listenIn(t, meshPod.info.NetnsPath, ":15006")
+	app := listenIn(t, meshPod.info.NetnsPath, ":8080")
+	target := net.JoinHostPort(meshPod.info.IP, "8080")
+
+	c, err := dialFrom(t, client.info.NetnsPath, target)
+	if err != nil {
+		t.Fatalf("pod to pod: %v", err)
+	}
+	c.Close()
+	accept(t, inbound).Close()
+
+	c, err = dialFrom(t, theEnv.NetnsPath(), target)
+	if err != nil {
+		t.Fatalf("node to pod: %v", err)
+	}
+	c.Close()
+	got := accept(t, app)
+	defer got.Close()
+	if src := got.RemoteAddr().(*net.TCPAddr).IP.String(); src != "169.254.7.127" {
+		t.Fatalf("node's connection arrived from %s, want the probe address 169.254.7.127", src)
+	}
+}
+
+// TestZtunnelReconnectReplays: a reconnecting ztunnel gets every enrolled
+// pod, with its netns, then SnapshotSent.
+func TestZtunnelReconnectReplays(t *testing.T) {
+	m := startMesh(t)
+	a := runPod(t, "app", ambient, false)
+	b := runPod(t, "app", ambient, false)
+	m.zt.Stop()
+	m.connectZtunnel()
+	got := zdstest.AddedInodes(m.zt.Requests())
+	for _, p := range []*pod{a, b} {
+		if got[p.spec.UID] != inode(t, p.info.NetnsPath) {
+			t.Errorf("replay for %s: inode %d, want %d", p.spec.Name, got[p.spec.UID], inode(t, p.info.NetnsPath))
+		}
+	}
+}
+
+// TestMeshletRestart: pods keep their rules while meshlet is down; the new
+// meshlet re-adopts them at Synchronize and ztunnel gets each once.
+func TestMeshletRestart(t *testing.T) {
+	m := startMesh(t)
+	p := runPod(t, "app", ambient, false)
+	m.zt.Stop()
+	m.zt = nil
+	if err := m.meshlet.Stop(); err != nil {
+		t.Fatalf("meshlet stop: %v", err)
+	}
+	m.meshlet = nil
+	if !hasRules(t, p.info.NetnsPath) {
+		t.Fatal("stopping meshlet removed a running pod's rules")
+	}
+	m.startMeshlet()
+	m.connectZtunnel()
+	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("the running pod", func([]*zdstest.Request) bool { return len(m.adds(p.spec.UID)) > 0 })
+	adds := m.adds(p.spec.UID)
+	if len(adds) != 1 || adds[0].NetnsInode != inode(t, p.info.NetnsPath) {
+		t.Fatalf("after restart ztunnel got %d adds for the pod (%v), want exactly 1 with its netns", len(adds), adds)
+	}
+	if !hasRules(t, p.info.NetnsPath) {
+		t.Fatal("rules missing after restart")
+	}
+}
+
+// TestContainerdRestart: meshlet reconnects to a restarted runtime and
+// keeps enrolling.
+func TestContainerdRestart(t *testing.T) {
+	m := startMesh(t)
+	before := runPod(t, "app", ambient, false)
+	if err := theEnv.RestartContainerd(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.meshlet.WaitReady(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	after := runPod(t, "app", ambient, false)
+	if len(m.adds(after.spec.UID)) != 1 {
+		t.Fatalf("pod created after the runtime restart not enrolled: %v", m.zt.Requests())
+	}
+	if n := len(m.adds(before.spec.UID)); n != 1 {
+		t.Fatalf("pod from before the restart was added %d times, want 1 (unchanged netns)", n)
+	}
+}
+
+// TestFailClosedWithoutMeshlet: with containerd's NRI validator requiring
+// the meshlet plugin, no app container starts while meshlet is away; once
+// it is back, the pod is enrolled late and its container starts.
+func TestFailClosedWithoutMeshlet(t *testing.T) {
+	p := runPod(t, "app", ambient, false) // sandbox only: no meshlet yet
+	if _, err := theEnv.StartContainer(p.id, p.spec, "app"); err == nil || !strings.Contains(err.Error(), "meshlet") {
+		t.Fatalf("app container without meshlet: %v, want a refusal naming the required plugin", err)
+	}
+	m := startMesh(t)
+	m.waitFor("late enrollment", func([]*zdstest.Request) bool { return len(m.adds(p.spec.UID)) == 1 })
+	if _, err := theEnv.StartContainer(p.id, p.spec, "app2"); err != nil {
+		t.Fatalf("app container with meshlet back: %v", err)
+	}
+	if _, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics"); err != nil || !strings.Contains(body, "meshlet_late_enrollments_total 1") {
+		t.Fatalf("late enrollment not counted (%v):\n%s", err, body)
+	}
+}

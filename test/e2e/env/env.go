@@ -1,0 +1,424 @@
+// Package env runs a real container runtime for meshlet's end-to-end tests
+// and demo: containerd 2.x with NRI, runc and the CNI bridge plugin, on
+// private paths (never the host's /run/containerd or /var/lib/containerd),
+// inside a network namespace of its own so the machine's network is never
+// touched, with a sandbox image built here (no registry).
+//
+// Processes join the namespace with nsenter --net, not ip netns exec, which
+// remounts /sys in a new mount namespace and hides the cgroup mounts runc
+// needs.
+package env
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Image is the sandbox and app image the environment imports.
+const Image = "meshlet.test/pause:1"
+
+// Subnet is the pods' network, a documentation range inside the
+// environment's own network namespace.
+const Subnet = "203.0.113.0/24"
+
+// Options configures an environment.
+type Options struct {
+	// BinDir holds containerd, ctr, containerd-shim-runc-v2 and crictl
+	// (test/e2e/install.sh prints it).
+	BinDir string
+	// Dir is the working directory (config, state, sockets, logs). Keep it
+	// short: Unix socket paths are limited to 108 bytes.
+	Dir string
+	// RequiredPlugins, if set, configures containerd's NRI default
+	// validator to refuse containers while these plugins are absent.
+	RequiredPlugins []string
+	// Logf receives progress lines.
+	Logf func(format string, args ...any)
+}
+
+// Env is a running environment.
+type Env struct {
+	opts       Options
+	Netns      string // name under /run/netns
+	Meshlet    string // meshlet binary
+	CRISocket  string
+	NRISocket  string
+	containerd *exec.Cmd
+	cdExited   chan error
+}
+
+func (e *Env) path(p ...string) string { return filepath.Join(append([]string{e.opts.Dir}, p...)...) }
+
+// Start builds the binaries the tests need, creates the network namespace,
+// writes the configuration, starts containerd and imports the image.
+func Start(opts Options) (_ *Env, err error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "crictl"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("e2e binary %s missing in %q (run test/e2e/install.sh): %w", b, opts.BinDir, err)
+		}
+	}
+	for _, b := range []string{"runc", "ip", "nsenter", "nft"} {
+		if _, err := exec.LookPath(b); err != nil {
+			return nil, fmt.Errorf("e2e needs %s on PATH: %w", b, err)
+		}
+	}
+	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
+		return nil, fmt.Errorf("e2e needs the CNI plugins in /usr/lib/cni (Debian containernetworking-plugins): %w", err)
+	}
+	e := &Env{opts: opts, Netns: fmt.Sprintf("meshlet-e2e-%d", os.Getpid())}
+	e.CRISocket = e.path("containerd.sock")
+	e.NRISocket = e.path("nri.sock")
+	defer func() {
+		if err != nil {
+			_ = e.Stop()
+		}
+	}()
+	for _, d := range []string{"bin", "cni/net.d", "cni/data", "logs"} {
+		if err := os.MkdirAll(e.path(d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.build(); err != nil {
+		return nil, err
+	}
+	if err := run("ip", "netns", "add", e.Netns); err != nil {
+		return nil, err
+	}
+	if err := run("ip", "-n", e.Netns, "link", "set", "lo", "up"); err != nil {
+		return nil, err
+	}
+	if err := e.writeConfig(); err != nil {
+		return nil, err
+	}
+	if err := e.startContainerd(); err != nil {
+		return nil, err
+	}
+	if err := writeImage(e.path("image.tar"), Image, e.path("bin", "pause")); err != nil {
+		return nil, fmt.Errorf("build image: %w", err)
+	}
+	if out, err := e.ctr("images", "import", e.path("image.tar")); err != nil {
+		return nil, fmt.Errorf("import image: %w: %s", err, out)
+	}
+	return e, nil
+}
+
+// build compiles meshlet and the pause binary from this module.
+func (e *Env) build() error {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	e.Meshlet = e.path("bin", "meshlet")
+	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "pause"): "./test/e2e/pause"} {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w: %s", pkg, err, b)
+		}
+	}
+	return nil
+}
+
+func (e *Env) writeConfig() error {
+	validator := ""
+	if len(e.opts.RequiredPlugins) > 0 {
+		q := make([]string, len(e.opts.RequiredPlugins))
+		for i, p := range e.opts.RequiredPlugins {
+			q[i] = fmt.Sprintf("%q", p)
+		}
+		validator = fmt.Sprintf(`
+  [plugins.'io.containerd.nri.v1.nri'.default_validator]
+    enable = true
+    required_plugins = [%s]
+`, strings.Join(q, ", "))
+	}
+	cfg := fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[ttrpc]
+  address = %[4]q
+
+[plugins.'io.containerd.shim.v1.manager']
+  socket_dir = %[5]q
+
+[plugins.'io.containerd.cri.v1.runtime']
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ['/usr/lib/cni']
+    conf_dir = %[6]q
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = 'runc'
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = 'io.containerd.runc.v2'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = %[7]q
+        SystemdCgroup = false
+        Root = %[8]q
+
+[plugins.'io.containerd.cri.v1.images']
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = %[9]q
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = %[10]q
+  plugin_request_timeout = '2s'
+  plugin_registration_timeout = '5s'
+%[11]s`, e.path("root"), e.path("state"), e.CRISocket, e.path("ttrpc.sock"), e.path("s"),
+		e.path("cni/net.d"), mustLook("runc"), e.path("runc"), Image, e.NRISocket, validator)
+	if err := os.WriteFile(e.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	conflist := fmt.Sprintf(`{
+  "cniVersion": "1.0.0",
+  "name": "meshlet-e2e",
+  "plugins": [
+    {"type": "bridge", "bridge": "mle2e0", "isGateway": true, "ipMasq": false,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}],
+              "dataDir": %q}},
+    {"type": "loopback"}
+  ]
+}
+`, Subnet, e.path("cni/data"))
+	return os.WriteFile(e.path("cni/net.d/10-meshlet-e2e.conflist"), []byte(conflist), 0o644)
+}
+
+func mustLook(name string) string {
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return name
+	}
+	return p
+}
+
+// startContainerd starts containerd inside the environment's netns and
+// waits for its CRI socket.
+func (e *Env) startContainerd() error {
+	logf, err := os.OpenFile(e.path("logs", "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", "--net="+e.NetnsPath(), filepath.Join(e.opts.BinDir, "containerd"), "--config", e.path("containerd.toml"))
+	cmd.Env = append(os.Environ(), "PATH="+e.opts.BinDir+":"+os.Getenv("PATH"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start containerd: %w", err)
+	}
+	e.containerd = cmd
+	e.cdExited = make(chan error, 1)
+	go func() { e.cdExited <- cmd.Wait(); logf.Close() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := e.Crictl("version"); err == nil {
+			e.opts.Logf("containerd ready (pid %d)", cmd.Process.Pid)
+			return nil
+		}
+		select {
+		case err := <-e.cdExited:
+			e.containerd = nil
+			return fmt.Errorf("containerd exited: %v (log: %s)", err, e.path("logs", "containerd.log"))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("containerd not ready after 30s (log: %s)", e.path("logs", "containerd.log"))
+		}
+	}
+}
+
+// StopContainerd stops containerd (SIGTERM, then SIGKILL); pods' shims keep
+// running, as on a real node during a runtime restart.
+func (e *Env) StopContainerd() error {
+	if e.containerd == nil {
+		return nil
+	}
+	_ = syscall.Kill(e.containerd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-e.cdExited:
+	case <-time.After(10 * time.Second):
+		_ = e.containerd.Process.Kill()
+		<-e.cdExited
+	}
+	e.containerd = nil
+	return nil
+}
+
+// RestartContainerd stops and starts containerd.
+func (e *Env) RestartContainerd() error {
+	if err := e.StopContainerd(); err != nil {
+		return err
+	}
+	return e.startContainerd()
+}
+
+// Crictl runs crictl against the environment's containerd.
+func (e *Env) Crictl(args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(e.opts.BinDir, "crictl"),
+		append([]string{"--runtime-endpoint", "unix://" + e.CRISocket, "--image-endpoint", "unix://" + e.CRISocket, "--timeout", "30s"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("crictl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+func (e *Env) ctr(args ...string) (string, error) {
+	out, err := exec.Command(filepath.Join(e.opts.BinDir, "ctr"), append([]string{"--address", e.CRISocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// Exec runs a command inside the environment's network namespace (the
+// "node" the pods are attached to).
+func (e *Env) Exec(name string, args ...string) (string, error) {
+	out, err := exec.Command("nsenter", append([]string{"--net=" + e.NetnsPath(), name}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// NetnsPath is the environment's network namespace as a path.
+func (e *Env) NetnsPath() string { return "/run/netns/" + e.Netns }
+
+// Stop removes every pod, stops containerd, deletes the namespace and
+// unmounts what the runtime left. It runs even after a failed Start.
+func (e *Env) Stop() error {
+	var errs []error
+	if e.containerd != nil {
+		if _, err := e.Crictl("rmp", "--all", "--force"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := e.StopContainerd(); err != nil {
+		errs = append(errs, err)
+	}
+	// Shims of removed pods exit; leftovers (a crashed run) are killed by
+	// their socket dir's owner process group: nothing else to do here.
+	_ = exec.Command("sh", "-c", "grep -F "+shellQuote(e.opts.Dir)+" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l").Run()
+	if e.Netns != "" {
+		_ = run("ip", "netns", "del", e.Netns)
+	}
+	return errors.Join(errs...)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+func run(name string, args ...string) error {
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// PodSpec describes a pod sandbox to run through CRI.
+type PodSpec struct {
+	Name, Namespace, UID string
+	Labels               map[string]string
+	Annotations          map[string]string
+	HostNetwork          bool
+}
+
+// RunPod creates a pod sandbox (crictl runp) and returns its ID.
+func (e *Env) RunPod(p PodSpec) (string, error) {
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": p.Name, "namespace": p.Namespace, "uid": p.UID, "attempt": 0},
+		"labels":        p.Labels,
+		"annotations":   p.Annotations,
+		"log_directory": e.path("logs", "pods", p.UID),
+		"linux":         map[string]any{},
+	}
+	if p.HostNetwork {
+		cfg["linux"] = map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}}
+	}
+	b, _ := json.Marshal(cfg)
+	f := e.path("pod-" + p.UID + ".json")
+	if err := os.WriteFile(f, b, 0o644); err != nil {
+		return "", err
+	}
+	return e.Crictl("runp", f)
+}
+
+// StartContainer creates and starts an app container in a pod; it fails if
+// the runtime (or an NRI plugin) refuses it.
+func (e *Env) StartContainer(podID string, p PodSpec, name string) (string, error) {
+	c, _ := json.Marshal(map[string]any{
+		"metadata": map[string]any{"name": name}, "image": map[string]any{"image": Image},
+		"command": []string{"/pause"}, "log_path": name + ".log",
+		"linux": map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"pid": 1}}},
+	})
+	cf := e.path("ctr-" + p.UID + "-" + name + ".json")
+	if err := os.WriteFile(cf, c, 0o644); err != nil {
+		return "", err
+	}
+	pf := e.path("pod-" + p.UID + ".json")
+	id, err := e.Crictl("create", podID, cf, pf)
+	if err != nil {
+		return "", err
+	}
+	if _, err := e.Crictl("start", id); err != nil {
+		return id, err
+	}
+	return id, nil
+}
+
+// PodInfo is what the runtime reports about a sandbox.
+type PodInfo struct {
+	NetnsPath string
+	IP        string
+}
+
+// InspectPod returns the sandbox's netns path and IP.
+func (e *Env) InspectPod(id string) (PodInfo, error) {
+	out, err := e.Crictl("inspectp", "-o", "json", id)
+	if err != nil {
+		return PodInfo{}, err
+	}
+	var v struct {
+		Status struct {
+			Network struct {
+				IP string `json:"ip"`
+			} `json:"network"`
+		} `json:"status"`
+		Info struct {
+			RuntimeSpec struct {
+				Linux struct {
+					Namespaces []struct{ Type, Path string } `json:"namespaces"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		return PodInfo{}, fmt.Errorf("parse inspectp: %w", err)
+	}
+	info := PodInfo{IP: v.Status.Network.IP}
+	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
+		if ns.Type == "network" {
+			info.NetnsPath = ns.Path
+		}
+	}
+	return info, nil
+}
+
+// StopPod and RemovePod stop and remove a sandbox.
+func (e *Env) StopPod(id string) error   { _, err := e.Crictl("stopp", id); return err }
+func (e *Env) RemovePod(id string) error { _, err := e.Crictl("rmp", "--force", id); return err }

@@ -1,0 +1,153 @@
+package env
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/agent/netns"
+)
+
+// Meshlet is a meshlet daemon running in the environment's netns.
+type Meshlet struct {
+	cmd       *exec.Cmd
+	exited    chan error
+	HealthURL string
+	Client    *http.Client // dials inside the environment's netns
+	LogPath   string
+}
+
+// MeshletHealthAddr is where the daemon serves /healthz, /readyz and (same
+// port + 1) /metrics, on the environment's loopback.
+const MeshletHealthAddr = "127.0.0.1:9880"
+
+// StartMeshlet runs the meshlet binary (standalone, NRI mode) in the
+// environment's netns, talking to its containerd, with ztunnel's socket at
+// ztunnelSocket. extra flags are appended.
+func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, error) {
+	logPath := e.path("logs", "meshlet.log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"--net=" + e.NetnsPath(), e.Meshlet,
+		"--standalone", "--node-name=e2e", "--nri-socket=" + e.NRISocket, "--ztunnel-socket=" + ztunnelSocket,
+		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2"}, extra...)
+	cmd := exec.Command("nsenter", args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	m := &Meshlet{cmd: cmd, exited: make(chan error, 1), LogPath: logPath, HealthURL: "http://" + MeshletHealthAddr}
+	go func() { m.exited <- cmd.Wait(); logf.Close() }()
+	nsPath := e.NetnsPath()
+	m.Client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			h, err := netns.Open(nsPath)
+			if err != nil {
+				return nil, err
+			}
+			defer h.Close()
+			var c net.Conn
+			err = h.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		},
+	}}
+	return m, nil
+}
+
+// Pid is the daemon's process id (nsenter execs it in place).
+func (m *Meshlet) Pid() int { return m.cmd.Process.Pid }
+
+// Get fetches a path from the daemon's health (or metrics, with port 9881)
+// endpoint.
+func (m *Meshlet) Get(url string) (int, string, error) {
+	resp, err := m.Client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// WaitReady polls /readyz until it answers 200.
+func (m *Meshlet) WaitReady(timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last string
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-m.exited:
+			m.exited <- err
+			return fmt.Errorf("meshlet exited: %v (log %s)", err, m.LogPath)
+		default:
+		}
+		code, body, err := m.Get(m.HealthURL + "/readyz")
+		if err == nil && code == http.StatusOK {
+			return nil
+		}
+		last = fmt.Sprintf("%d %s %v", code, body, err)
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("meshlet not ready after %v: %s (log %s)", timeout, last, m.LogPath)
+}
+
+// Stop sends SIGTERM and waits for a clean exit.
+func (m *Meshlet) Stop() error {
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-m.exited:
+		m.exited <- err
+		return err
+	case <-time.After(15 * time.Second):
+		_ = m.cmd.Process.Kill()
+		return fmt.Errorf("meshlet did not stop within 15s of SIGTERM")
+	}
+}
+
+// NetnsFds lists the inodes of the network namespaces the daemon holds fds
+// on (one entry per fd).
+func (m *Meshlet) NetnsFds() ([]uint64, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", m.Pid())
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []uint64
+	for _, e := range ents {
+		fd, err := unix.Open(dir+"/"+e.Name(), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if ino, err := netns.Identify(fd); err == nil {
+			out = append(out, ino)
+		}
+		unix.Close(fd)
+	}
+	return out, nil
+}
+
+// Inode returns a netns path's inode.
+func Inode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
+}
+

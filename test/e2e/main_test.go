@@ -1,0 +1,55 @@
+// Package e2e drives a real containerd 2.x (NRI on), runc and the CNI
+// bridge plugin through the CRI API (crictl), with the meshlet daemon as a
+// separate process and a ztunnel stand-in (agent/zds/zdstest: ztunnel is
+// Rust and cannot run here) on its ZDS socket.
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/meshlet/meshlet/test/e2e/env"
+)
+
+// theEnv is shared by the tests (containerd starts once); each test uses
+// pods of its own and removes them.
+var theEnv *env.Env
+
+func TestMain(m *testing.M) {
+	bin := os.Getenv("MESHLET_E2E_BIN")
+	switch {
+	case os.Geteuid() != 0 || bin == "":
+		msg := "e2e tests need root and MESHLET_E2E_BIN (the directory test/e2e/install.sh prints; `make test` sets it)"
+		if os.Getenv("CI") == "true" {
+			fmt.Fprintln(os.Stderr, "FAIL: "+msg)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "SKIPPING e2e: "+msg)
+		os.Exit(0)
+	}
+	dir, err := os.MkdirTemp("", "mle2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	e, err := env.Start(env.Options{BinDir: bin, Dir: dir, RequiredPlugins: []string{"meshlet"},
+		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "e2e: "+f+"\n", a...) }})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e environment:", err)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	theEnv = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e teardown:", err)
+		code = 1
+	}
+	if code == 0 {
+		os.RemoveAll(dir)
+	} else {
+		fmt.Fprintln(os.Stderr, "e2e: logs kept in", dir+"/logs")
+	}
+	os.Exit(code)
+}
