@@ -181,7 +181,7 @@ func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
 	defer cancel()
 	start := time.Now()
 	res, err := p.core.Enroll(ctx, pod)
-	if res.Changed || err != nil {
+	if err != nil || res.Enrolled && res.Changed {
 		p.metrics.Enrolled(time.Since(start), err)
 	}
 	return err

@@ -50,8 +50,11 @@ func (r *Request) Close() {
 }
 
 func (r *Request) String() string {
-	if r.Kind == Add {
+	switch r.Kind {
+	case Add:
 		return fmt.Sprintf("%s %s (netns inode %d)", r.Kind, r.UID, r.NetnsInode)
+	case SnapshotSent:
+		return string(r.Kind)
 	}
 	return fmt.Sprintf("%s %s", r.Kind, r.UID)
 }

@@ -150,4 +150,3 @@ func Inode(path string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
-
