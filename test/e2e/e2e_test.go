@@ -19,13 +19,13 @@ var ambient = map[string]string{"istio.io/dataplane-mode": "ambient"}
 
 // mesh is one meshlet daemon plus a ztunnel stand-in.
 type mesh struct {
-	t       *testing.T
+	t       testing.TB
 	socket  string
 	meshlet *env.Meshlet
 	zt      *zdstest.Ztunnel
 }
 
-func startMesh(t *testing.T) *mesh {
+func startMesh(t testing.TB) *mesh {
 	t.Helper()
 	m := &mesh{t: t, socket: filepath.Join(t.TempDir(), "zt.sock")}
 	m.startMeshlet()

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/test/e2e/env"
+)
+
+// BenchmarkRunPodSandbox: crictl runp wall time of a mesh-labelled pod,
+// without meshlet and with it (rules + ZDS Add + Ack inside the hook), in
+// the same run. The pod is removed after each iteration, untimed.
+// With meshlet it also reports the enroll latency quantiles from meshlet's
+// own histogram (interpolated inside buckets).
+func BenchmarkRunPodSandbox(b *testing.B) {
+	for _, withMeshlet := range []bool{false, true} {
+		b.Run(fmt.Sprintf("meshlet=%t", withMeshlet), func(b *testing.B) {
+			var m *mesh
+			if withMeshlet {
+				m = startMesh(b)
+			}
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				spec := env.PodSpec{Name: fmt.Sprintf("bench-%d", i), Namespace: "app",
+					UID: fmt.Sprintf("bench-%t-%d-%d", withMeshlet, time.Now().UnixNano(), i), Labels: ambient}
+				start := time.Now()
+				id, err := theEnv.RunPod(spec)
+				if err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+				b.StopTimer()
+				if err := theEnv.RemovePod(id); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "runp-p50-ms")
+			if withMeshlet {
+				_, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+				if err != nil {
+					b.Fatal(err)
+				}
+				h := parseHistogram(body, "meshlet_enroll_duration_seconds")
+				b.ReportMetric(h.quantile(0.5)*1e3, "enroll-p50-ms")
+				b.ReportMetric(h.quantile(0.99)*1e3, "enroll-p99-ms")
+			}
+		})
+	}
+}
+
+// BenchmarkMeshletRSS enrolls 100 pods through the runtime and reports the
+// daemon's resident memory.
+func BenchmarkMeshletRSS(b *testing.B) {
+	m := startMesh(b)
+	var ids []string
+	b.Cleanup(func() {
+		for _, id := range ids {
+			_ = theEnv.RemovePod(id)
+		}
+	})
+	for b.Loop() {
+		for i := len(ids); i < 100; i++ {
+			id, err := theEnv.RunPod(env.PodSpec{Name: fmt.Sprintf("rss-%d", i), Namespace: "app",
+				UID: fmt.Sprintf("rss-%d-%d", time.Now().UnixNano(), i), Labels: ambient})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	_, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+	if err != nil || !strings.Contains(body, "meshlet_enrolled_pods 100") {
+		b.Fatalf("want 100 enrolled pods (%v)", err)
+	}
+	rss, err := vmRSS(m.meshlet.Pid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(rss)/1024, "RSS-MiB")
+}
+
+func vmRSS(pid int) (int, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if f := strings.Fields(s.Text()); len(f) >= 2 && f[0] == "VmRSS:" {
+			return strconv.Atoi(f[1]) // kB
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
+
+type histogram struct {
+	bounds []float64 // upper bounds, ascending, +Inf last
+	counts []float64 // cumulative
+}
+
+func parseHistogram(text, name string) histogram {
+	var h histogram
+	for _, line := range strings.Split(text, "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{le=\"") {
+			continue
+		}
+		rest := strings.TrimPrefix(line, name+"_bucket{le=\"")
+		le, count, _ := strings.Cut(rest, "\"} ")
+		bound := math.Inf(1)
+		if le != "+Inf" {
+			bound, _ = strconv.ParseFloat(le, 64)
+		}
+		c, _ := strconv.ParseFloat(count, 64)
+		h.bounds = append(h.bounds, bound)
+		h.counts = append(h.counts, c)
+	}
+	return h
+}
+
+// quantile interpolates linearly inside the bucket holding q.
+func (h histogram) quantile(q float64) float64 {
+	if len(h.counts) == 0 || h.counts[len(h.counts)-1] == 0 {
+		return math.NaN()
+	}
+	rank := q * h.counts[len(h.counts)-1]
+	lowB, lowC := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank {
+			if math.IsInf(h.bounds[i], 1) {
+				return lowB
+			}
+			return lowB + (h.bounds[i]-lowB)*(rank-lowC)/(c-lowC)
+		}
+		lowB, lowC = h.bounds[i], c
+	}
+	return lowB
+}
