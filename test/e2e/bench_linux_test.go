@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
@@ -60,9 +61,11 @@ func BenchmarkRunPodSandbox(b *testing.B) {
 	}
 }
 
-// BenchmarkMeshletRSS enrolls 100 pods through the runtime and reports the
-// daemon's resident memory.
-func BenchmarkMeshletRSS(b *testing.B) {
+// BenchmarkMeshlet100Pods enrolls 100 pods through the runtime and reports
+// the daemon's resident memory, then restarts meshlet and reports how long
+// the new one takes to be ready again (Synchronize re-adopts all 100 pods:
+// it must stay well inside the runtime's 5 s registration timeout).
+func BenchmarkMeshlet100Pods(b *testing.B) {
 	m := startMesh(b)
 	var ids []string
 	b.Cleanup(func() {
@@ -89,7 +92,25 @@ func BenchmarkMeshletRSS(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(rss)/1024, "RSS-MiB")
+
+	m.zt.Stop()
+	m.zt = nil
+	if err := m.meshlet.Stop(); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	m.startMeshlet()
+	if err := m.meshlet.WaitReady(30 * time.Second); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(time.Since(start).Seconds(), "restart-ready-s")
+	m.connectZtunnel()
+	if n := len(zdstestAdds(m)); n != 100 {
+		b.Fatalf("after restart ztunnel got %d adds, want 100", n)
+	}
 }
+
+func zdstestAdds(m *mesh) map[string]uint64 { return zdstest.AddedInodes(m.zt.Requests()) }
 
 func vmRSS(pid int) (int, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
