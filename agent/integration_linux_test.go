@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,24 +39,6 @@ func shortDir(t *testing.T) string {
 	return dir
 }
 
-// fdsOn counts this process's open fds that refer to the network
-// namespace with the given inode: what enrollment holds and must release.
-func fdsOn(t *testing.T, inode uint64) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, e := range ents {
-		if fd, err := strconv.Atoi(e.Name()); err == nil {
-			if ino, err := netns.Identify(fd); err == nil && ino == inode {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // podFds counts the fds held on the pods' namespaces.
 func podFds(t *testing.T, pods []enroll.Pod) int {
 	n := 0
@@ -66,7 +47,11 @@ func podFds(t *testing.T, pods []enroll.Pod) int {
 		if err := unix.Stat(p.NetnsPath, &st); err != nil {
 			t.Fatal(err)
 		}
-		n += fdsOn(t, st.Ino)
+		held, err := netnstest.HeldNetns(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += held[st.Ino]
 	}
 	return n
 }

@@ -41,6 +41,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
+	defer redir.Close() // rules stay: see above
 	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Opener: netnsOpener{},
 		Redirector: redir, Proxy: server, Status: logStatus{logger: logger}})
 	if err != nil {

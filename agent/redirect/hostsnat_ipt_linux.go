@@ -109,3 +109,6 @@ func (h *iptablesHostSNAT) Uninstall() error {
 	}
 	return nil
 }
+
+// Close has nothing to release: every operation runs a command.
+func (h *iptablesHostSNAT) Close() error { return nil }

@@ -33,6 +33,8 @@ type HostSNAT interface {
 	Delete(ips []netip.Addr) error
 	// Uninstall removes every node-side object meshlet created.
 	Uninstall() error
+	// Close releases resources, leaving the node's state in place.
+	Close() error
 }
 
 type nftHostSNAT struct {
@@ -178,4 +180,10 @@ func (h *nftHostSNAT) Uninstall() error {
 		return fmt.Errorf("nftables: delete node table inet %s: %w", TableName, err)
 	}
 	return nil
+}
+
+func (h *nftHostSNAT) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.conn.CloseLasting()
 }

@@ -29,3 +29,6 @@ func (*Redirector) Remove(context.Context, *enroll.Workload, enroll.RemoveScope)
 
 // Uninstall is only implemented on Linux.
 func (*Redirector) Uninstall() error { return errUnsupported }
+
+// Close is only implemented on Linux.
+func (*Redirector) Close() error { return errUnsupported }

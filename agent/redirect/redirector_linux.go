@@ -140,3 +140,7 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 // Uninstall removes every node-side object (meshlet is being removed from
 // the node). Pods' in-pod rules are left to their Remove or their netns.
 func (r *Redirector) Uninstall() error { return r.host.Uninstall() }
+
+// Close releases the redirector's resources and leaves every rule in place
+// (an agent restart must not unmesh running pods).
+func (r *Redirector) Close() error { return r.host.Close() }

@@ -179,17 +179,11 @@ func TestMeshPodLifecycle(t *testing.T) {
 
 	ino := inode(t, meshPod.info.NetnsPath)
 	held := func() int {
-		fds, err := m.meshlet.NetnsFds()
+		h, err := m.meshlet.HeldNetns()
 		if err != nil {
 			t.Fatal(err)
 		}
-		n := 0
-		for _, f := range fds {
-			if f == ino {
-				n++
-			}
-		}
-		return n
+		return h[ino]
 	}
 	if held() == 0 {
 		t.Fatalf("meshlet holds no fd on the enrolled pod's netns")

@@ -99,3 +99,32 @@ func createLocked(path string) error {
 	}
 	return nil
 }
+
+// HeldNetns returns, for the process pid (0: this process), how many open
+// fds it holds on each network namespace, by inode. Tests use it to prove
+// a namespace is held exactly as long as it should be; counting all fds
+// would be flaky (sockets and epoll fds come and go with background work).
+func HeldNetns(pid int) (map[uint64]int, error) {
+	dir := "/proc/self/fd"
+	if pid != 0 {
+		dir = fmt.Sprintf("/proc/%d/fd", pid)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	held := map[uint64]int{}
+	for _, e := range ents {
+		// Reopening through /proc works for another process's fds too;
+		// sockets refuse it and are skipped.
+		fd, err := unix.Open(dir+"/"+e.Name(), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			continue
+		}
+		if ino, err := netns.Identify(fd); err == nil {
+			held[ino]++
+		}
+		_ = unix.Close(fd)
+	}
+	return held, nil
+}

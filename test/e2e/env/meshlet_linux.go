@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
 
 // Meshlet is a meshlet daemon running in the environment's netns.
@@ -120,27 +121,9 @@ func (m *Meshlet) Stop() error {
 	}
 }
 
-// NetnsFds lists the inodes of the network namespaces the daemon holds fds
-// on (one entry per fd).
-func (m *Meshlet) NetnsFds() ([]uint64, error) {
-	dir := fmt.Sprintf("/proc/%d/fd", m.Pid())
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	var out []uint64
-	for _, e := range ents {
-		fd, err := unix.Open(dir+"/"+e.Name(), unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-		if err != nil {
-			continue
-		}
-		if ino, err := netns.Identify(fd); err == nil {
-			out = append(out, ino)
-		}
-		unix.Close(fd)
-	}
-	return out, nil
-}
+// HeldNetns returns how many fds the daemon holds on each network
+// namespace, by inode.
+func (m *Meshlet) HeldNetns() (map[uint64]int, error) { return netnstest.HeldNetns(m.Pid()) }
 
 // Inode returns a netns path's inode.
 func Inode(path string) (uint64, error) {
