@@ -266,6 +266,8 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
 			err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
 			c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		} else if s.state == StateUnknown && h == HandoverDeferred {
+			c.clearLeftovers(ctx, pod)
 		}
 		c.setState(s, StateSkipped, d.Reason)
 		return Result{Reason: d.Reason, Changed: changed}, err
@@ -319,6 +321,27 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	c.ports.Status.Report(s.ref(), RedirectionEnabled)
 	podLogger(ctx, pod).V(2).Info("Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
+}
+
+// clearLeftovers removes redirection a previous agent may have left in a
+// running pod that policy no longer selects (its label changed while
+// meshlet was down): rules without a ztunnel that knows the pod would
+// blackhole its traffic. Only for pods adopted at start-up (Reconcile); a
+// sandbox that is just starting cannot have any. Best effort, logged.
+func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
+	if pod.NetnsPath == "" {
+		return
+	}
+	ns, err := c.ports.Opener.Open(pod.NetnsPath)
+	if err != nil {
+		podLogger(ctx, pod).V(2).Info("Cannot check a skipped pod for leftover rules", "err", err)
+		return
+	}
+	defer ns.Close()
+	w := &Workload{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, IPs: pod.IPs, Netns: ns}
+	if err := c.ports.Redirector.Remove(ctx, w, RemoveAll); err != nil {
+		podLogger(ctx, pod).Error(err, "Removing leftover redirection from a pod outside the mesh")
+	}
 }
 
 // fail records a failed step. Any existing enrollment stays as it was (a

@@ -244,7 +244,9 @@ func TestReconcile(t *testing.T) {
 	}
 	got := h.rec.take()
 	slices.Sort(got)
-	want := []string{"add missing inode=3 sa=sa-name-missing", "apply missing inode=3 dns=true", "del stale", "remove stale inode=2 scope=host"}
+	want := []string{"add missing inode=3 sa=sa-name-missing", "apply missing inode=3 dns=true", "del stale",
+		"remove plain inode=4 scope=all", // a skipped pod new to the core: leftovers cleared
+		"remove stale inode=2 scope=host"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("reconcile calls\n got  %q\n want %q (no duplicate add for the unchanged pod)", got, want)
 	}
@@ -416,5 +418,29 @@ func TestHandover(t *testing.T) {
 	wantState(t, h, "running", StateEnrolled, "")
 	if _, ok := h.core.Status("new"); ok {
 		t.Fatal("Reconcile did not forget the pod missing from the running set")
+	}
+}
+
+// TestReconcileClearsLeftoversOfSkippedPods: a running pod that policy no
+// longer selects may carry an older agent's rules; the first Reconcile
+// that sees it removes them. Starting pods are not checked (they cannot
+// have any), nor are pods the core already knows.
+func TestReconcileClearsLeftoversOfSkippedPods(t *testing.T) {
+	h := newHarness(t)
+	running := h.pod("running", 7, nil)
+	if err := h.core.Reconcile(ctx, []Pod{running}); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "remove running inode=7 scope=all")
+	if err := h.core.Reconcile(ctx, []Pod{running}); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+	if _, err := h.core.Enroll(ctx, h.pod("starting", 8, nil)); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+	if h.opener.openCount() != 0 {
+		t.Fatalf("%d netns left open", h.opener.openCount())
 	}
 }

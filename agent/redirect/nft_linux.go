@@ -149,16 +149,25 @@ func nftBatch(netnsFd int, p Plan, replace bool) error {
 	return c.Flush()
 }
 
-// removeNftables deletes meshlet's table from the netns, if present.
+// removeNftables deletes meshlet's table from the netns, if present. The
+// table is looked up first: deleting costs an RCU grace period (ms), which
+// a pod that never had the table (start-up checks for leftovers) must not
+// pay.
 func removeNftables(netnsFd int) error {
-	c, err := nftables.New(nftables.WithNetNSFd(netnsFd))
+	c, err := nftables.New(nftables.WithNetNSFd(netnsFd), nftables.AsLasting())
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
+	defer c.CloseLasting()
 	t := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
-	c.AddTable(t)
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("nftables: look up table inet %s: %w", TableName, err)
+	}
 	c.DelTable(t)
-	if err := c.Flush(); err != nil {
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("nftables: delete table inet %s: %w", TableName, err)
 	}
 	return nil
