@@ -28,6 +28,7 @@ deps:
 ## as root nothing is skipped
 test: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	  $(GO) test $(TEST_FLAGS) ./...
 
 ## bench: the benchmarks named in the issues, repeated for benchstat

@@ -55,6 +55,8 @@ type Config struct {
 	// Standalone runs without an API server: policy sees only the pod's
 	// own labels and every service account is reported as "default".
 	Standalone bool
+	// Kubeconfig is the API server configuration; empty: in-cluster.
+	Kubeconfig string
 	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics.
 	// Empty disables.
 	HealthAddr  string
@@ -80,7 +82,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
 	fs.Var(&c.Redirect.Backend, "redirect-backend", "in-pod rules: nftables or iptables")
 	fs.Var(&c.Redirect.IptablesVariant, "iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
-	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them and service accounts are reported as \"default\" (required until API server support lands)")
+	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as \"default\", no status annotation")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
 	fs.Var(newListValue(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
@@ -107,8 +110,8 @@ func (c *Config) Validate() error {
 	if c.NRI.EnrollTimeout <= 0 || c.NRI.EnrollTimeout >= 2*time.Second {
 		return fmt.Errorf("--enroll-timeout=%v: want more than 0 and less than the runtime's 2s NRI request timeout (a timed-out hook drops the plugin and the pod starts unmeshed)", c.NRI.EnrollTimeout)
 	}
-	if !c.Standalone {
-		return errors.New("--standalone is required: Kubernetes API server support (service accounts, namespace labels, status) has not landed yet")
+	if !c.Standalone && c.NodeName == "" {
+		return errors.New("--node-name is required (meshlet watches this node's pods); or run with --standalone")
 	}
 	for flagName, addr := range map[string]string{"--health-addr": c.HealthAddr, "--metrics-addr": c.MetricsAddr} {
 		if addr == "" {

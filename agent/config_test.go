@@ -52,10 +52,10 @@ func TestDefaultsAreIstios(t *testing.T) {
 		cfg.ZtunnelSocket != "/var/run/ztunnel/ztunnel.sock" {
 		t.Fatalf("defaults %+v", cfg)
 	}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--standalone") {
-		t.Fatalf("defaults without an API server: %v, want an error naming --standalone", err)
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--node-name") {
+		t.Fatalf("defaults without a node name: %v, want an error naming --node-name", err)
 	}
-	cfg.Standalone = true
+	cfg.NodeName = "n"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

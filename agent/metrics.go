@@ -6,11 +6,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // metrics are meshlet's Prometheus metrics, on a registry of their own.
+// Failed enrollments also become pod events when an API server is known.
 type metrics struct {
+	events           *kube.Events // nil in standalone mode
 	enrollDuration   prometheus.Histogram
 	enrollFailures   *prometheus.CounterVec
 	lateEnrollments  prometheus.Counter
@@ -19,8 +22,9 @@ type metrics struct {
 
 var _ nriplugin.Metrics = (*metrics)(nil)
 
-func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func() int) *metrics {
+func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func() int, watcher *kube.Watcher, events *kube.Events) *metrics {
 	m := &metrics{
+		events: events,
 		enrollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "meshlet_enroll_duration_seconds",
 			Help: "Time to enroll a pod inside a runtime hook: in-pod rules, ztunnel Add and Ack.",
@@ -58,14 +62,29 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 			Help: "Live ztunnel connections on the ZDS socket.",
 		}, func() float64 { return float64(ztunnelConns()) }),
 	)
+	if watcher != nil {
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "meshlet_pod_resolve_fallbacks_total",
+				Help: "Pods resolved by a direct API GET because the informer had not seen them yet.",
+			}, func() float64 { return float64(watcher.Fallbacks.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Name: "meshlet_pod_resolve_degraded_total",
+				Help: "Pods decided from their sandbox labels because the API server could not say (unreachable, pod unknown).",
+			}, func() float64 { return float64(watcher.Degraded.Load()) }),
+		)
+	}
 	for _, step := range []enroll.Step{enroll.StepResolve, enroll.StepNetns, enroll.StepRedirect, enroll.StepProxy} {
 		m.enrollFailures.WithLabelValues(string(step))
 	}
 	return m
 }
 
-func (m *metrics) Enrolled(d time.Duration, err error) {
+func (m *metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
 	if err != nil {
+		if m.events != nil {
+			m.events.EnrollFailed(pod, err)
+		}
 		step := string(enroll.FailedStep(err))
 		if step == "" {
 			step = "other"

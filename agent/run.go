@@ -42,14 +42,29 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
 	defer redir.Close() // rules stay: see above
-	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Opener: netnsOpener{},
-		Redirector: redir, Proxy: server, Status: logStatus{logger: logger}})
+	var resolver enroll.PodInfoResolver = standaloneResolver{}
+	var status enroll.StatusReporter = logStatus{logger: logger}
+	var api *apiClients
+	if !cfg.Standalone {
+		if api, err = newAPIClients(cfg); err != nil {
+			return err
+		}
+		defer api.events.Shutdown()
+		resolver, status = api.watcher, api.status
+	}
+	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Opener: netnsOpener{},
+		Redirector: redir, Proxy: server, Status: status})
 	if err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := newMetrics(reg, core, server.Connections)
+	var m *metrics
+	if api != nil {
+		m = newMetrics(reg, core, server.Connections, api.watcher, api.events)
+	} else {
+		m = newMetrics(reg, core, server.Connections, nil, nil)
+	}
 	plugin := nriplugin.New(cfg.NRI, core, m)
 
 	var zdsServing atomic.Bool
@@ -57,6 +72,8 @@ func Run(ctx context.Context, cfg Config) error {
 		switch {
 		case !zdsServing.Load():
 			return errors.New("ZDS socket not serving")
+		case api != nil && !api.watcher.Synced():
+			return errors.New("pod and namespace informers not synced with the API server")
 		case !plugin.Connected():
 			return errors.New("not connected to the container runtime (NRI)")
 		}
@@ -106,6 +123,14 @@ func Run(ctx context.Context, cfg Config) error {
 		defer zdsServing.Store(false)
 		return server.Serve(ctx)
 	})
+	stopAPI := func() {}
+	if api != nil {
+		stopAPI = start("API watchers", func(ctx context.Context) error {
+			api.run(ctx, core)
+			return nil
+		})
+		api.waitForSync(root, logger)
+	}
 	stopNRI := start("NRI plugin", plugin.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone)
@@ -114,6 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
 	stopNRI()
+	stopAPI()
 	stopZDS()
 	if ctx.Err() != nil {
 		return nil // asked to stop: a clean shutdown

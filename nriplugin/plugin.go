@@ -28,8 +28,9 @@ var _ Core = (*enroll.Core)(nil)
 // Metrics receives what the plugin observes. Implementations must not
 // block.
 type Metrics interface {
-	// Enrolled records one enrollment done inside a runtime hook.
-	Enrolled(d time.Duration, err error)
+	// Enrolled records one enrollment done inside a runtime hook (err:
+	// it failed).
+	Enrolled(pod enroll.PodRef, d time.Duration, err error)
 	// LateEnrolled counts pods enrolled at Synchronize: they started while
 	// meshlet was not connected.
 	LateEnrolled(n int)
@@ -182,7 +183,7 @@ func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
 	start := time.Now()
 	res, err := p.core.Enroll(ctx, pod)
 	if err != nil || res.Enrolled && res.Changed {
-		p.metrics.Enrolled(time.Since(start), err)
+		p.metrics.Enrolled(enroll.PodRef{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}, time.Since(start), err)
 	}
 	return err
 }

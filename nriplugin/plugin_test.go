@@ -63,7 +63,7 @@ type fakeMetrics struct {
 	connected              bool
 }
 
-func (m *fakeMetrics) Enrolled(_ time.Duration, err error) {
+func (m *fakeMetrics) Enrolled(_ enroll.PodRef, _ time.Duration, err error) {
 	if err != nil {
 		m.failed++
 	} else {

@@ -28,6 +28,11 @@ type Pod struct {
 type PodInfo struct {
 	ServiceAccount  string
 	NamespaceLabels map[string]string
+	// PodLabels and PodAnnotations are the pod's current metadata from the
+	// API server. They win over the sandbox's (fixed when it was created)
+	// so that label changes on a running pod take effect. Nil: unknown.
+	PodLabels      map[string]string
+	PodAnnotations map[string]string
 }
 
 // Options are the per-pod redirection settings that policy derives.

@@ -107,22 +107,32 @@ func New(cfg Config) (*Policy, error) {
 // itself, denied runtime handler, sidecar-injected, the pod's `none`
 // opt-out, then the pod label or the namespace label. The first rule that
 // matches gives the reason.
+//
+// The pod's labels and annotations are the API server's current ones when
+// known (info), else the sandbox's.
 func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	c := &p.cfg
+	labels, annotations := pod.Labels, pod.Annotations
+	if info.PodLabels != nil {
+		labels = info.PodLabels
+	}
+	if info.PodAnnotations != nil {
+		annotations = info.PodAnnotations
+	}
 	switch {
 	case pod.HostNetwork:
 		return skip(ReasonHostNetwork)
 	case slices.Contains(c.ExcludedNamespaces, pod.Namespace):
 		return skip(ReasonExcludedNS)
-	case p.isZtunnel(pod):
+	case p.isZtunnel(pod.Namespace, labels):
 		return skip(ReasonZtunnel)
 	case pod.RuntimeHandler != "" && slices.Contains(c.DeniedRuntimeHandlers, pod.RuntimeHandler):
 		return skip(ReasonRuntimeHandler)
-	case hasKey(pod.Annotations, c.SidecarStatusAnnotation):
+	case hasKey(annotations, c.SidecarStatusAnnotation):
 		return skip(ReasonSidecarInjected)
 	}
 	var reason string
-	switch podMode := pod.Labels[c.DataplaneModeLabel]; {
+	switch podMode := labels[c.DataplaneModeLabel]; {
 	case podMode == DataplaneModeNone:
 		return skip(ReasonPodOptOut)
 	case podMode == DataplaneModeAmbient:
@@ -134,16 +144,16 @@ func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	}
 	d := enroll.Decision{Enroll: true, Reason: reason,
 		Options: enroll.Options{DNSCapture: c.DNSCapture, IPv6: c.IPv6}}
-	d.Options.BypassInbound = p.boolAnnotation(pod, c.BypassInboundAnnotation, false, &d)
-	d.Options.DNSCapture = p.boolAnnotation(pod, c.DNSCaptureAnnotation, c.DNSCapture, &d)
+	d.Options.BypassInbound = boolAnnotation(annotations, c.BypassInboundAnnotation, false, &d)
+	d.Options.DNSCapture = boolAnnotation(annotations, c.DNSCaptureAnnotation, c.DNSCapture, &d)
 	return d
 }
 
 // boolAnnotation reads a boolean pod annotation the way Istio does
 // (strconv.ParseBool); an unparsable value keeps the default and is
 // reported as a warning naming the annotation.
-func (p *Policy) boolAnnotation(pod *enroll.Pod, key string, def bool, d *enroll.Decision) bool {
-	v, ok := pod.Annotations[key]
+func boolAnnotation(annotations map[string]string, key string, def bool, d *enroll.Decision) bool {
+	v, ok := annotations[key]
 	if !ok {
 		return def
 	}
@@ -155,12 +165,12 @@ func (p *Policy) boolAnnotation(pod *enroll.Pod, key string, def bool, d *enroll
 	return b
 }
 
-func (p *Policy) isZtunnel(pod *enroll.Pod) bool {
-	if pod.Namespace != p.cfg.ZtunnelNamespace {
+func (p *Policy) isZtunnel(namespace string, labels map[string]string) bool {
+	if namespace != p.cfg.ZtunnelNamespace {
 		return false
 	}
 	for k, v := range p.cfg.ZtunnelLabels {
-		if pod.Labels[k] != v {
+		if labels[k] != v {
 			return false
 		}
 	}

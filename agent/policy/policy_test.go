@@ -187,3 +187,26 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestAPIMetadataWins: the API server's current labels and annotations
+// override the sandbox's, which were fixed at creation.
+func TestAPIMetadataWins(t *testing.T) {
+	p, err := New(Defaults())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandbox := enroll.Pod{Namespace: "app", Labels: map[string]string{DataplaneModeLabel: "ambient"}}
+	if d := p.Decide(&sandbox, enroll.PodInfo{PodLabels: map[string]string{DataplaneModeLabel: "none"}}); d.Enroll {
+		t.Fatalf("opt-out in the API ignored: %s", d.Reason)
+	}
+	if d := p.Decide(&sandbox, enroll.PodInfo{PodLabels: map[string]string{}}); d.Enroll {
+		t.Fatalf("label removed in the API ignored: %s", d.Reason)
+	}
+	d := p.Decide(&sandbox, enroll.PodInfo{PodAnnotations: map[string]string{DNSCaptureAnnotation: "false"}})
+	if !d.Enroll || d.Options.DNSCapture {
+		t.Fatalf("API annotation ignored: %+v", d)
+	}
+	if d := p.Decide(&sandbox, enroll.PodInfo{}); !d.Enroll {
+		t.Fatalf("sandbox labels not used when the API's are unknown: %s", d.Reason)
+	}
+}

@@ -1,0 +1,41 @@
+package kube
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// Events records pod events. client-go's recorder aggregates and
+// rate-limits them per pod and reason (a burst of 25, then one every five
+// minutes), so a pod failing in a loop cannot flood the API.
+type Events struct {
+	broadcaster record.EventBroadcaster
+	recorder    record.EventRecorder
+}
+
+// NewEvents starts an event broadcaster writing through client.
+func NewEvents(client kubernetes.Interface, nodeName string) *Events {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return &Events{broadcaster: b,
+		recorder: b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "meshlet", Host: nodeName})}
+}
+
+// EnrollFailed records a warning on the pod: why it could not join the mesh.
+func (e *Events) EnrollFailed(pod enroll.PodRef, err error) {
+	step := string(enroll.FailedStep(err))
+	if step == "" {
+		step = "other"
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	e.recorder.Eventf(ref, corev1.EventTypeWarning, "MeshEnrollFailed", "Pod could not join the mesh (step %s): %v", step, err)
+}
+
+// Shutdown flushes and stops the broadcaster.
+func (e *Events) Shutdown() { e.broadcaster.Shutdown() }

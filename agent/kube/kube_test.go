@@ -1,0 +1,423 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/policy"
+)
+
+const node = "node-a"
+
+var seq atomic.Int64
+
+func admin(t testing.TB) kubernetes.Interface {
+	c, err := kubernetes.NewForConfig(api.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// namespace creates a namespace with labels and its default service account
+// (no controller-manager runs here to create it).
+func namespace(t testing.TB, c kubernetes.Interface, labels map[string]string) string {
+	t.Helper()
+	name := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, seq.Add(1))
+	_, err := c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
+	must(t, err)
+	serviceAccount(t, c, name, "default")
+	return name
+}
+
+func serviceAccount(t testing.TB, c kubernetes.Interface, ns, name string) {
+	t.Helper()
+	_, err := c.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// boundPod creates a pod already bound to the node (no scheduler here).
+func boundPod(t testing.TB, c kubernetes.Interface, ns, name, sa string, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	return podOn(t, c, node, ns, name, sa, labels)
+}
+
+func podOn(t testing.TB, c kubernetes.Interface, nodeName, ns, name, sa string, labels map[string]string) *corev1.Pod {
+	t.Helper()
+	if sa != "" {
+		serviceAccount(t, c, ns, sa)
+	}
+	p, err := c.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: nodeName, ServiceAccountName: sa, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "app", Image: "meshlet.test/pause:1"}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	return p
+}
+
+// sandbox is what the runtime would report for the pod (labels fixed at
+// creation).
+func sandbox(p *corev1.Pod) enroll.Pod {
+	labels := map[string]string{}
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	return enroll.Pod{UID: string(p.UID), Name: p.Name, Namespace: p.Namespace, Labels: labels, NetnsPath: "/netns/" + p.Name}
+}
+
+func startWatcher(t testing.TB, c kubernetes.Interface) (*kube.Watcher, context.Context) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	w := kube.NewWatcher(c, kube.WatcherConfig{NodeName: node, DataplaneModeLabel: policy.DataplaneModeLabel,
+		GetTimeout: 300 * time.Millisecond, Debounce: 20 * time.Millisecond})
+	w.Start(ctx)
+	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+	defer scancel()
+	must(t, w.WaitForSync(sctx))
+	return w, ctx
+}
+
+// Stand-ins for the kernel-facing ports: the subject here is the API.
+type fakeNetns struct{ ino uint64 }
+
+func (n fakeNetns) Fd() uintptr   { return 0 }
+func (n fakeNetns) Inode() uint64 { return n.ino }
+func (n fakeNetns) Close() error  { return nil }
+
+type fakePorts struct {
+	mu  sync.Mutex
+	sas map[string]string // uid → service account ztunnel got
+}
+
+func (f *fakePorts) Open(path string) (enroll.Netns, error) {
+	return fakeNetns{ino: uint64(len(path))}, nil
+}
+func (f *fakePorts) Apply(context.Context, *enroll.Workload) error { return nil }
+func (f *fakePorts) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error {
+	return nil
+}
+func (f *fakePorts) AddWorkload(_ context.Context, w *enroll.Workload, _ enroll.Handover) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sas[w.UID] = w.ServiceAccount
+	return nil
+}
+func (f *fakePorts) DelWorkload(_ context.Context, uid string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sas, uid)
+	return nil
+}
+func (f *fakePorts) sa(uid string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sas[uid]
+	return s, ok
+}
+
+type noStatus struct{}
+
+func (noStatus) Report(enroll.PodRef, enroll.RedirectionStatus) {}
+
+func newCore(t testing.TB, resolver enroll.PodInfoResolver, status enroll.StatusReporter) (*enroll.Core, *fakePorts) {
+	pol, err := policy.New(policy.Defaults())
+	must(t, err)
+	f := &fakePorts{sas: map[string]string{}}
+	c, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Opener: f, Redirector: f, Proxy: f, Status: status})
+	must(t, err)
+	return c, f
+}
+
+// eventually waits for cond, polling: the API's watch delivers changes
+// asynchronously.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var ambient = map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
+
+// TestEnrollmentFollowsTheAPI: a pod in a labelled namespace is enrolled
+// with its real service account; its opt-out label releases it; removing
+// the namespace label releases the rest; adding it back enrolls them again.
+func TestEnrollmentFollowsTheAPI(t *testing.T) {
+	c := admin(t)
+	ns := namespace(t, c, ambient)
+	optOut := boundPod(t, c, ns, "reviews", "reviews", nil)
+	stays := boundPod(t, c, ns, "ratings", "", nil)
+	w, ctx := startWatcher(t, c)
+	core, ports := newCore(t, w, noStatus{})
+	go w.RunReevaluation(ctx, core.Reevaluate)
+
+	for _, p := range []*corev1.Pod{optOut, stays} {
+		res, err := core.Enroll(ctx, sandbox(p))
+		if err != nil || !res.Enrolled || res.Reason != policy.ReasonNamespaceLabel {
+			t.Fatalf("Enroll(%s) = %+v, %v", p.Name, res, err)
+		}
+	}
+	if sa, _ := ports.sa(string(optOut.UID)); sa != "reviews" {
+		t.Fatalf("ztunnel got service account %q, want reviews", sa)
+	}
+	if sa, _ := ports.sa(string(stays.UID)); sa != "default" {
+		t.Fatalf("ztunnel got service account %q, want default", sa)
+	}
+	state := func(p *corev1.Pod) enroll.State { st, _ := core.Status(string(p.UID)); return st.State }
+
+	optOut.Labels = map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeNone}
+	_, err := c.CoreV1().Pods(ns).Update(ctx, optOut, metav1.UpdateOptions{})
+	must(t, err)
+	eventually(t, "the opted-out pod released", func() bool { return state(optOut) == enroll.StateSkipped })
+	if state(stays) != enroll.StateEnrolled {
+		t.Fatalf("the other pod changed state: %s", state(stays))
+	}
+
+	setNSLabels(t, c, ns, nil)
+	eventually(t, "pods released with the namespace label", func() bool { return state(stays) == enroll.StateSkipped })
+	setNSLabels(t, c, ns, ambient)
+	eventually(t, "pods enrolled again", func() bool { return state(stays) == enroll.StateEnrolled })
+	if state(optOut) != enroll.StateSkipped {
+		t.Fatalf("opted-out pod re-enrolled by its namespace")
+	}
+}
+
+func setNSLabels(t testing.TB, c kubernetes.Interface, ns string, labels map[string]string) {
+	t.Helper()
+	n, err := c.CoreV1().Namespaces().Get(context.Background(), ns, metav1.GetOptions{})
+	must(t, err)
+	n.Labels = labels
+	_, err = c.CoreV1().Namespaces().Update(context.Background(), n, metav1.UpdateOptions{})
+	must(t, err)
+}
+
+// TestResolveNotYetWatchedPod: a pod the informer has not seen is fetched
+// directly. (The pod is bound to another node, so this watcher's informer,
+// filtered on spec.nodeName, never has it: the GET path is certain.)
+func TestResolveNotYetWatchedPod(t *testing.T) {
+	c := admin(t)
+	ns := namespace(t, c, nil)
+	w, ctx := startWatcher(t, c)
+	before := w.Fallbacks.Load()
+	p := podOn(t, c, "node-b", ns, "fresh", "fresh-sa", ambient)
+	info, err := w.Resolve(ctx, ptr(sandbox(p)))
+	must(t, err)
+	if info.ServiceAccount != "fresh-sa" || info.PodLabels[policy.DataplaneModeLabel] != "ambient" {
+		t.Fatalf("Resolve = %+v", info)
+	}
+	if w.Fallbacks.Load() != before+1 {
+		t.Fatalf("fallback GET not counted")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// restrictedClient returns a client authenticated as the meshlet service
+// account of deploy/rbac.yaml, with only that role.
+func restrictedClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c := admin(t)
+	ctx := context.Background()
+	data, err := os.ReadFile("../../deploy/rbac.yaml")
+	must(t, err)
+	_, err = c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-system"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var tm metav1.TypeMeta
+		must(t, yaml.Unmarshal([]byte(doc), &tm))
+		switch tm.Kind {
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			must(t, yaml.Unmarshal([]byte(doc), &o))
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			must(t, yaml.Unmarshal([]byte(doc), &o))
+			_, err = c.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			must(t, yaml.Unmarshal([]byte(doc), &o))
+			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+		default:
+			t.Fatalf("unexpected kind %q in deploy/rbac.yaml", tm.Kind)
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+	tok, err := c.CoreV1().ServiceAccounts("meshlet-system").CreateToken(ctx, "meshlet",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	must(t, err)
+	rc, err := kubernetes.NewForConfig(api.ConfigWithToken(tok.Status.Token))
+	must(t, err)
+	return rc
+}
+
+// TestRBAC: the role in deploy/rbac.yaml allows exactly what meshlet does.
+func TestRBAC(t *testing.T) {
+	c := admin(t)
+	rc := restrictedClient(t)
+	ns := namespace(t, c, nil)
+	p := boundPod(t, c, ns, "rbac", "", nil)
+	ctx := context.Background()
+
+	// Everything meshlet does works: the watcher syncs, the patcher patches.
+	w, wctx := startWatcher(t, rc)
+	if _, err := w.Resolve(wctx, ptr(sandbox(p))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := rc.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+kube.RedirectionAnnotation+`":"enabled"}}}`), metav1.PatchOptions{}, "status")
+	must(t, err)
+	_, err = rc.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns},
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name}, Reason: "Test", Message: "m", Type: "Normal"}, metav1.CreateOptions{})
+	must(t, err)
+
+	// And nothing more.
+	forbidden := map[string]error{
+		"patch pod spec": func() error {
+			_, err := rc.CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"x":"y"}}}`), metav1.PatchOptions{})
+			return err
+		}(),
+		"delete pod": rc.CoreV1().Pods(ns).Delete(ctx, p.Name, metav1.DeleteOptions{}),
+		"list secrets": func() error {
+			_, err := rc.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"update namespace": func() error {
+			n, _ := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+			_, err := rc.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}(),
+	}
+	for what, err := range forbidden {
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("%s as meshlet: %v, want Forbidden", what, err)
+		}
+	}
+}
+
+// TestStatusAnnotation: pending → enabled → removed on the status
+// subresource, as the restricted service account.
+func TestStatusAnnotation(t *testing.T) {
+	c := admin(t)
+	rc := restrictedClient(t)
+	ns := namespace(t, c, nil)
+	p := boundPod(t, c, ns, "status", "", nil)
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sp := kube.NewStatusPatcher(rc)
+	go sp.Run(ctx)
+	ref := enroll.PodRef{UID: string(p.UID), Name: p.Name, Namespace: ns}
+	annotation := func() (string, bool) {
+		got, err := c.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		must(t, err)
+		v, ok := got.Annotations[kube.RedirectionAnnotation]
+		return v, ok
+	}
+	for _, step := range []struct {
+		st   enroll.RedirectionStatus
+		want string
+	}{{enroll.RedirectionPending, "pending"}, {enroll.RedirectionEnabled, "enabled"}, {enroll.RedirectionRemoved, ""}} {
+		sp.Report(ref, step.st)
+		eventually(t, "annotation "+step.want, func() bool {
+			v, ok := annotation()
+			return sp.Pending() == 0 && v == step.want && ok == (step.want != "")
+		})
+	}
+	// A recreated pod with the same name is not patched with the old one's
+	// status (uid precondition).
+	sp.Report(enroll.PodRef{UID: "not-the-uid", Name: p.Name, Namespace: ns}, enroll.RedirectionEnabled)
+	eventually(t, "the stale report dropped", func() bool { return sp.Pending() == 0 })
+	if v, ok := annotation(); ok {
+		t.Fatalf("a report for another uid patched the pod: %q", v)
+	}
+}
+
+// TestAPIDown: with the API server gone, a pod whose own labels select it
+// is enrolled within the hook's budget; status reported meanwhile is
+// applied once the API is back.
+func TestAPIDown(t *testing.T) {
+	c := admin(t)
+	ns := namespace(t, c, nil)
+	known := boundPod(t, c, ns, "known", "known-sa", nil)
+	unseen := boundPod(t, c, ns, "unseen", "unseen-sa", ambient)
+	w, ctx := startWatcher(t, c)
+	sp := kube.NewStatusPatcher(c)
+	go sp.Run(ctx)
+	core, ports := newCore(t, w, sp)
+
+	must(t, api.StopAPIServer())
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = api.StartAPIServer()
+		}
+	}()
+	// The informer's copy of known still answers.
+	info, err := w.Resolve(ctx, ptr(sandbox(known)))
+	must(t, err)
+	if info.ServiceAccount != "known-sa" {
+		t.Fatalf("cached pod resolved to %q", info.ServiceAccount)
+	}
+	// A pod the informer never saw (pretend: a new UID) is decided from the
+	// sandbox's labels, inside the hook's budget.
+	sb := sandbox(unseen)
+	sb.UID = "uid-never-seen"
+	hookCtx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	res, err := core.Enroll(hookCtx, sb)
+	if err != nil || !res.Enrolled {
+		t.Fatalf("Enroll with the API down = %+v, %v; want enrolled from the sandbox's labels within 1.5s", res, err)
+	}
+	if w.Degraded.Load() == 0 {
+		t.Fatalf("degraded resolution not counted")
+	}
+	if _, ok := ports.sa("uid-never-seen"); !ok {
+		t.Fatal("ztunnel did not get the pod")
+	}
+	sp.Report(enroll.PodRef{UID: string(unseen.UID), Name: unseen.Name, Namespace: ns}, enroll.RedirectionEnabled)
+	must(t, api.StartAPIServer())
+	restarted = true
+	eventually(t, "status applied after the API came back", func() bool {
+		got, err := c.CoreV1().Pods(ns).Get(ctx, unseen.Name, metav1.GetOptions{})
+		return err == nil && got.Annotations[kube.RedirectionAnnotation] == "enabled"
+	})
+}

@@ -1,0 +1,190 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listersv1 "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// WatcherConfig configures a Watcher.
+type WatcherConfig struct {
+	NodeName string
+	// GetTimeout bounds the direct GET for a pod the informer has not seen
+	// yet (a just-bound pod). Keep it well inside the hook's budget.
+	GetTimeout time.Duration
+	// Debounce groups label changes into one Reevaluate.
+	Debounce time.Duration
+	// DataplaneModeLabel is the label whose changes matter on namespaces.
+	DataplaneModeLabel string
+}
+
+// Watcher watches this node's pods and all namespaces.
+type Watcher struct {
+	cfg      WatcherConfig
+	client   kubernetes.Interface
+	nsInf    cache.SharedIndexInformer
+	podInf   cache.SharedIndexInformer
+	nsList   listersv1.NamespaceLister
+	podList  listersv1.PodLister
+	factory  informers.SharedInformerFactory
+	pfactory informers.SharedInformerFactory
+	changed  chan struct{}
+
+	// Counters (read by metrics).
+	Fallbacks atomic.Int64 // pods resolved by a direct GET
+	Degraded  atomic.Int64 // resolutions without the API (pod unknown, API failing)
+}
+
+var _ enroll.PodInfoResolver = (*Watcher)(nil)
+
+// NewWatcher builds the informers; Start runs them.
+func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
+	if cfg.GetTimeout == 0 {
+		cfg.GetTimeout = 300 * time.Millisecond
+	}
+	if cfg.Debounce == 0 {
+		cfg.Debounce = 100 * time.Millisecond
+	}
+	w := &Watcher{cfg: cfg, client: client, changed: make(chan struct{}, 1)}
+	w.factory = informers.NewSharedInformerFactory(client, 0)
+	w.pfactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
+		}))
+	w.nsInf = w.factory.Core().V1().Namespaces().Informer()
+	w.nsList = w.factory.Core().V1().Namespaces().Lister()
+	w.podInf = w.pfactory.Core().V1().Pods().Informer()
+	w.podList = w.pfactory.Core().V1().Pods().Lister()
+	_, _ = w.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { w.notify() },
+		UpdateFunc: func(o, n any) {
+			on, nn := o.(*corev1.Namespace), n.(*corev1.Namespace)
+			if on.Labels[cfg.DataplaneModeLabel] != nn.Labels[cfg.DataplaneModeLabel] {
+				w.notify()
+			}
+		},
+	})
+	_, _ = w.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(o, n any) {
+			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
+			if !maps.Equal(op.Labels, np.Labels) || !maps.Equal(op.Annotations, np.Annotations) ||
+				op.Spec.ServiceAccountName != np.Spec.ServiceAccountName {
+				w.notify()
+			}
+		},
+	})
+	return w
+}
+
+func (w *Watcher) notify() {
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Start runs the informers until ctx ends.
+func (w *Watcher) Start(ctx context.Context) {
+	w.factory.Start(ctx.Done())
+	w.pfactory.Start(ctx.Done())
+}
+
+// WaitForSync waits for the informers' first list, or ctx.
+func (w *Watcher) WaitForSync(ctx context.Context) error {
+	if !cache.WaitForCacheSync(ctx.Done(), w.nsInf.HasSynced, w.podInf.HasSynced) {
+		return fmt.Errorf("informers not synced: %w", context.Cause(ctx))
+	}
+	return nil
+}
+
+// Synced reports whether both informers have listed once.
+func (w *Watcher) Synced() bool { return w.nsInf.HasSynced() && w.podInf.HasSynced() }
+
+// RunReevaluation calls reevaluate after label changes (debounced) until
+// ctx ends. Events before the first sync are the initial list: ignored.
+func (w *Watcher) RunReevaluation(ctx context.Context, reevaluate func(context.Context) error) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.changed:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(w.cfg.Debounce):
+		}
+		if !w.Synced() {
+			continue
+		}
+		if err := reevaluate(ctx); err != nil {
+			logger.Error(err, "Re-evaluating pods after a label change")
+		}
+	}
+}
+
+// Resolve returns the pod's service account, current labels and
+// annotations, and its namespace's labels. It never waits on the API
+// longer than the GET timeout; without the API it degrades to what it
+// knows (the sandbox's labels, the last known namespace labels) and
+// counts it.
+func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo, error) {
+	var info enroll.PodInfo
+	if ns, err := w.nsList.Get(pod.Namespace); err == nil {
+		info.NamespaceLabels = ns.Labels
+	}
+	apiPod, err := w.podList.Pods(pod.Namespace).Get(pod.Name)
+	if err != nil || string(apiPod.UID) != pod.UID {
+		apiPod, err = w.get(ctx, pod)
+	}
+	if err != nil {
+		w.Degraded.Add(1)
+		klog.FromContext(ctx).Info("Pod not known to the API server; deciding from the sandbox's labels",
+			"pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		info.ServiceAccount = "default"
+		return info, nil
+	}
+	info.ServiceAccount = apiPod.Spec.ServiceAccountName
+	if info.ServiceAccount == "" {
+		info.ServiceAccount = "default"
+	}
+	info.PodLabels, info.PodAnnotations = nonNil(apiPod.Labels), nonNil(apiPod.Annotations)
+	return info, nil
+}
+
+// get fetches a pod the informer has not seen (a just-bound pod).
+func (w *Watcher) get(ctx context.Context, pod *enroll.Pod) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, w.cfg.GetTimeout)
+	defer cancel()
+	p, err := w.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get pod: %w", err)
+	}
+	if string(p.UID) != pod.UID {
+		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod.Name)
+	}
+	w.Fallbacks.Add(1)
+	return p, nil
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}

@@ -1,0 +1,220 @@
+// Package kubeenv runs a real etcd and kube-apiserver on loopback for
+// meshlet's API tests: random ports, private directories, an admin token,
+// RBAC on, and a clean teardown. No controllers, scheduler or kubelet run:
+// tests create what those would (service accounts, pods already bound).
+package kubeenv
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/rest"
+)
+
+// AdminToken authenticates as a member of system:masters.
+const AdminToken = "meshlet-test-admin-token"
+
+// Env is a running control plane.
+type Env struct {
+	dir, bin          string
+	etcdURL           string
+	apiPort           int
+	etcd, apiserver   *exec.Cmd
+	etcdDone, apiDone chan error
+	Logf              func(string, ...any)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start runs etcd and kube-apiserver from binDir (test/kube/install.sh).
+func Start(binDir, dir string) (_ *Env, err error) {
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return nil, fmt.Errorf("%s missing in %q (run test/kube/install.sh): %w", b, binDir, err)
+		}
+	}
+	e := &Env{dir: dir, bin: binDir, Logf: func(string, ...any) {}}
+	defer func() {
+		if err != nil {
+			e.Stop()
+		}
+	}()
+	clientPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	e.etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	e.etcd, e.etcdDone, err = e.start("etcd", filepath.Join(binDir, "etcd"),
+		"--data-dir", filepath.Join(dir, "etcd"), "--listen-client-urls", e.etcdURL, "--advertise-client-urls", e.etcdURL,
+		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL, "--initial-cluster", "default="+peerURL,
+		"--log-level", "warn")
+	if err != nil {
+		return nil, err
+	}
+	if err := e.writeCredentials(); err != nil {
+		return nil, err
+	}
+	if e.apiPort, err = freePort(); err != nil {
+		return nil, err
+	}
+	if err := e.StartAPIServer(); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *Env) writeCredentials() error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)})
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return err
+	}
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})
+	for name, data := range map[string][]byte{
+		"sa.key": keyPEM, "sa.pub": pubPEM,
+		"tokens.csv": []byte(AdminToken + ",admin,admin-uid,system:masters\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(e.dir, name), data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StartAPIServer starts kube-apiserver (again, after StopAPIServer) and
+// waits until it is ready.
+func (e *Env) StartAPIServer() error {
+	var err error
+	e.apiserver, e.apiDone, err = e.start("kube-apiserver", filepath.Join(e.bin, "kube-apiserver"),
+		"--etcd-servers", e.etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port", strconv.Itoa(e.apiPort),
+		"--endpoint-reconciler-type=none",
+		"--service-account-key-file", filepath.Join(e.dir, "sa.pub"),
+		"--service-account-signing-key-file", filepath.Join(e.dir, "sa.key"),
+		"--service-account-issuer=https://meshlet.test",
+		"--token-auth-file", filepath.Join(e.dir, "tokens.csv"),
+		"--authorization-mode=RBAC",
+		// Configuration only: nothing routes to it.
+		"--service-cluster-ip-range=198.18.0.0/16",
+		"--cert-dir", filepath.Join(e.dir, "certs"))
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-e.apiDone:
+			e.apiDone <- err
+			return fmt.Errorf("kube-apiserver exited: %v (log %s)", err, e.logPath("kube-apiserver"))
+		default:
+		}
+		req, _ := http.NewRequest("GET", e.URL()+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+AdminToken)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("kube-apiserver not ready after 60s (log %s)", e.logPath("kube-apiserver"))
+}
+
+// StopAPIServer stops kube-apiserver (etcd keeps the data).
+func (e *Env) StopAPIServer() error {
+	return stop(e.apiserver, e.apiDone)
+}
+
+func (e *Env) logPath(name string) string { return filepath.Join(e.dir, name+".log") }
+
+func (e *Env) start(name, bin string, args ...string) (*exec.Cmd, chan error, error) {
+	logf, err := os.OpenFile(e.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logf.Close() }()
+	return cmd, done, nil
+}
+
+func stop(cmd *exec.Cmd, done chan error) error {
+	if cmd == nil || cmd.Process == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+	done <- errors.New("stopped")
+	return nil
+}
+
+// URL is the API server's address.
+func (e *Env) URL() string { return "https://127.0.0.1:" + strconv.Itoa(e.apiPort) }
+
+// Config is an admin client configuration.
+func (e *Env) Config() *rest.Config {
+	return e.ConfigWithToken(AdminToken)
+}
+
+// ConfigWithToken is a client configuration authenticating with token.
+func (e *Env) ConfigWithToken(token string) *rest.Config {
+	return &rest.Config{Host: e.URL(), BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		Timeout: 10 * time.Second}
+}
+
+// Stop stops both processes.
+func (e *Env) Stop() {
+	if e.apiserver != nil {
+		select {
+		case err := <-e.apiDone:
+			e.apiDone <- err
+		default:
+			_ = stop(e.apiserver, e.apiDone)
+		}
+	}
+	if e.etcd != nil {
+		_ = stop(e.etcd, e.etcdDone)
+	}
+}
