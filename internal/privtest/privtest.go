@@ -20,3 +20,19 @@ func RequireRoot(t testing.TB) {
 	}
 	t.Skipf("SKIPPING: this test needs root (network namespaces, mounts); run `sudo make test`")
 }
+
+// RequireEnv returns the environment variable name, which a test needs
+// (e.g. the directory of binaries an install script built). Missing: a
+// failure with CI=true, a loud skip elsewhere.
+func RequireEnv(t testing.TB, name, why string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v != "" {
+		return v
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("%s is not set: %s", name, why)
+	}
+	t.Skipf("SKIPPING: %s is not set: %s", name, why)
+	return ""
+}

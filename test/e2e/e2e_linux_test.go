@@ -23,11 +23,15 @@ type mesh struct {
 	socket  string
 	meshlet *env.Meshlet
 	zt      *zdstest.Ztunnel
+	flags   []string
 }
 
-func startMesh(t testing.TB) *mesh {
+func startMesh(t testing.TB, flags ...string) *mesh {
 	t.Helper()
-	m := &mesh{t: t, socket: filepath.Join(t.TempDir(), "zt.sock")}
+	if len(flags) == 0 {
+		flags = []string{"--standalone"}
+	}
+	m := &mesh{t: t, socket: filepath.Join(t.TempDir(), "zt.sock"), flags: flags}
 	m.startMeshlet()
 	m.connectZtunnel()
 	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
@@ -48,7 +52,7 @@ func startMesh(t testing.TB) *mesh {
 
 func (m *mesh) startMeshlet() {
 	m.t.Helper()
-	ml, err := theEnv.StartMeshlet(m.socket)
+	ml, err := theEnv.StartMeshlet(m.socket, m.flags...)
 	if err != nil {
 		m.t.Fatal(err)
 	}

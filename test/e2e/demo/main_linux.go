@@ -53,7 +53,7 @@ func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
 func demo(e *env.Env, dir string) error {
 	socket := filepath.Join(dir, "ztunnel.sock")
-	m, err := e.StartMeshlet(socket)
+	m, err := e.StartMeshlet(socket, "--standalone")
 	if err != nil {
 		return err
 	}

@@ -26,13 +26,16 @@ type Meshlet struct {
 	LogPath   string
 }
 
+// NodeName is the node meshlet serves in the environment.
+const NodeName = "e2e"
+
 // MeshletHealthAddr is where the daemon serves /healthz, /readyz and (same
 // port + 1) /metrics, on the environment's loopback.
 const MeshletHealthAddr = "127.0.0.1:9880"
 
-// StartMeshlet runs the meshlet binary (standalone, NRI mode) in the
-// environment's netns, talking to its containerd, with ztunnel's socket at
-// ztunnelSocket. extra flags are appended.
+// StartMeshlet runs the meshlet binary (NRI mode) in the environment's
+// netns, talking to its containerd, with ztunnel's socket at ztunnelSocket.
+// extra flags are appended (--standalone, or --kubeconfig).
 func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, error) {
 	logPath := e.path("logs", "meshlet.log")
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -40,7 +43,7 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 		return nil, err
 	}
 	args := append([]string{"--net=" + e.NetnsPath(), e.Meshlet,
-		"--standalone", "--node-name=e2e", "--nri-socket=" + e.NRISocket, "--ztunnel-socket=" + ztunnelSocket,
+		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--ztunnel-socket=" + ztunnelSocket,
 		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2"}, extra...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf

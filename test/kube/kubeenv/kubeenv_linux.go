@@ -1,6 +1,7 @@
 package kubeenv
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/tls"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/meshlet/meshlet/agent/netns"
 )
 
 // AdminToken authenticates as a member of system:masters.
@@ -25,6 +28,7 @@ const AdminToken = "meshlet-test-admin-token"
 
 // Env is a running control plane.
 type Env struct {
+	netns               string // empty: the test process's own
 	dir, bin          string
 	etcdURL           string
 	apiPort           int
@@ -42,27 +46,39 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start runs etcd and kube-apiserver from binDir (test/kube/install.sh).
-func Start(binDir, dir string) (_ *Env, err error) {
+// Start runs etcd and kube-apiserver from binDir (test/kube/install.sh) on
+// the test process's loopback.
+func Start(binDir, dir string) (*Env, error) { return StartIn(binDir, dir, "") }
+
+// StartIn is Start inside the network namespace at netnsPath (empty: the
+// process's own), where components under test (meshlet) can reach it;
+// clients from Config dial into that namespace.
+func StartIn(binDir, dir, netnsPath string) (_ *Env, err error) {
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return nil, fmt.Errorf("%s missing in %q (run test/kube/install.sh): %w", b, binDir, err)
 		}
 	}
-	e := &Env{dir: dir, bin: binDir, Logf: func(string, ...any) {}}
+	e := &Env{dir: dir, bin: binDir, netns: netnsPath, Logf: func(string, ...any) {}}
 	defer func() {
 		if err != nil {
 			e.Stop()
 		}
 	}()
-	clientPort, err := freePort()
-	if err != nil {
-		return nil, err
+	// A namespace of the test's own has every port free.
+	clientPort, peerPort, apiPort := 2379, 2380, 6443
+	if netnsPath == "" {
+		if clientPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		if peerPort, err = freePort(); err != nil {
+			return nil, err
+		}
+		if apiPort, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
-	peerPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	e.apiPort = apiPort
 	e.etcdURL = "http://127.0.0.1:" + strconv.Itoa(clientPort)
 	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
 	e.etcd, e.etcdDone, err = e.start("etcd", filepath.Join(binDir, "etcd"),
@@ -73,9 +89,6 @@ func Start(binDir, dir string) (_ *Env, err error) {
 		return nil, err
 	}
 	if err := e.writeCredentials(); err != nil {
-		return nil, err
-	}
-	if e.apiPort, err = freePort(); err != nil {
 		return nil, err
 	}
 	if err := e.StartAPIServer(); err != nil {
@@ -125,7 +138,8 @@ func (e *Env) StartAPIServer() error {
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DialContext: e.Dial,
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
@@ -160,6 +174,9 @@ func (e *Env) start(name, bin string, args ...string) (*exec.Cmd, chan error, er
 		return nil, nil, err
 	}
 	cmd := exec.Command(bin, args...)
+	if e.netns != "" {
+		cmd = exec.Command("nsenter", append([]string{"--net=" + e.netns, bin}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -197,7 +214,46 @@ func (e *Env) Config() *rest.Config {
 // ConfigWithToken is a client configuration authenticating with token.
 func (e *Env) ConfigWithToken(token string) *rest.Config {
 	return &rest.Config{Host: e.URL(), BearerToken: token, TLSClientConfig: rest.TLSClientConfig{Insecure: true},
-		Timeout: 10 * time.Second}
+		Timeout: 10 * time.Second, Dial: e.Dial}
+}
+
+// Dial connects from inside the control plane's network namespace.
+func (e *Env) Dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if e.netns == "" {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}
+	h, err := netns.Open(e.netns)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	var c net.Conn
+	err = h.Do(func() error {
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
+}
+
+// Kubeconfig writes a kubeconfig for an admin client (for a daemon that
+// runs in the same network namespace) and returns its path.
+func (e *Env) Kubeconfig() (string, error) {
+	path := filepath.Join(e.dir, "admin.kubeconfig")
+	data := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: %q, insecure-skip-tls-verify: true}
+users:
+- name: admin
+  user: {token: %q}
+contexts:
+- name: test
+  context: {cluster: test, user: admin}
+current-context: test
+`, e.URL(), AdminToken)
+	return path, os.WriteFile(path, []byte(data), 0o600)
 }
 
 // Stop stops both processes.

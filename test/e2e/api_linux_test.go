@@ -1,0 +1,80 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshlet/meshlet/internal/privtest"
+	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/kube/kubeenv"
+)
+
+// TestPodWithAPIServer: with a real kube-apiserver (in the environment's
+// netns, where meshlet reaches it), a pod object and the matching sandbox
+// created through the runtime end up enrolled with the pod's real service
+// account, selected by its namespace's label, and the pod's status says
+// ambient.istio.io/redirection=enabled.
+func TestPodWithAPIServer(t *testing.T) {
+	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv.NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	c, err := kubernetes.NewForConfig(k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns := "bookinfo"
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: ambient}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sa := range []string{"default", "bookinfo-reviews"} {
+		if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apiPod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "reviews-v1"},
+		Spec: corev1.PodSpec{NodeName: env.NodeName, ServiceAccountName: "bookinfo-reviews", AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "app", Image: env.Image}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := k.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startMesh(t, "--kubeconfig="+kubeconfig)
+
+	// The sandbox kubelet would create for it: same name, namespace, UID;
+	// no mesh label of its own (its namespace selects it).
+	spec := env.PodSpec{Name: apiPod.Name, Namespace: ns, UID: string(apiPod.UID)}
+	id, err := theEnv.RunPod(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = theEnv.RemovePod(id) })
+	adds := m.adds(spec.UID)
+	if len(adds) != 1 || adds[0].Info.GetServiceAccount() != "bookinfo-reviews" || adds[0].Info.GetNamespace() != ns {
+		t.Fatalf("ztunnel got %v for the pod, want one Add with service account bookinfo-reviews", adds)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		p, err := c.CoreV1().Pods(ns).Get(ctx, apiPod.Name, metav1.GetOptions{})
+		if err == nil && p.Annotations["ambient.istio.io/redirection"] == "enabled" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod status annotation not enabled: %v %v", p.GetAnnotations(), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
