@@ -28,7 +28,7 @@ const AdminToken = "meshlet-test-admin-token"
 
 // Env is a running control plane.
 type Env struct {
-	netns               string // empty: the test process's own
+	netns             string // empty: the test process's own
 	dir, bin          string
 	etcdURL           string
 	apiPort           int
