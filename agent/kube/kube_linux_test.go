@@ -421,3 +421,45 @@ func TestAPIDown(t *testing.T) {
 		return err == nil && got.Annotations[kube.RedirectionAnnotation] == "enabled"
 	})
 }
+
+// TestEnrollFailedEvents: failures become a Warning event on the pod, with
+// the step and the cause; a pod failing in a loop is aggregated, not a
+// flood of objects.
+func TestEnrollFailedEvents(t *testing.T) {
+	c := admin(t)
+	ns := namespace(t, c, nil)
+	p := boundPod(t, c, ns, "failing", "", nil)
+	ev := kube.NewEvents(c, node)
+	defer ev.Shutdown()
+	ref := enroll.PodRef{UID: string(p.UID), Name: p.Name, Namespace: ns}
+	cause := &enroll.Error{UID: ref.UID, Step: enroll.StepProxy, Err: fmt.Errorf("no ztunnel connected")}
+	for range 50 {
+		ev.EnrollFailed(ref, cause)
+	}
+	var events []corev1.Event
+	eventually(t, "the event", func() bool {
+		l, err := c.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+		must(t, err)
+		events = l.Items
+		return len(events) > 0 && events[0].Count > 1
+	})
+	e := events[0]
+	if e.Type != corev1.EventTypeWarning || e.Reason != "MeshEnrollFailed" || e.InvolvedObject.UID != p.UID ||
+		!strings.Contains(e.Message, "ztunnel") || !strings.Contains(e.Message, "no ztunnel connected") {
+		t.Fatalf("event %+v", e)
+	}
+	if len(events) > 2 {
+		t.Fatalf("%d event objects for one failing pod, want them aggregated", len(events))
+	}
+}
+
+func TestRESTConfigNamesTheWayOut(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	_, err := kube.RESTConfig("")
+	if err == nil || !strings.Contains(err.Error(), "--kubeconfig") || !strings.Contains(err.Error(), "--standalone") {
+		t.Fatalf("RESTConfig outside a cluster = %v, want an error naming --kubeconfig and --standalone", err)
+	}
+	if _, err := kube.RESTConfig("/nonexistent/kubeconfig"); err == nil || !strings.Contains(err.Error(), "--kubeconfig=/nonexistent/kubeconfig") {
+		t.Fatalf("RESTConfig with a missing file = %v", err)
+	}
+}
