@@ -463,3 +463,42 @@ func TestRESTConfigNamesTheWayOut(t *testing.T) {
 		t.Fatalf("RESTConfig with a missing file = %v", err)
 	}
 }
+
+// TestDegradedPodReenrolledWhenAPIReturns: a node whose meshlet starts
+// while the API server is down decides pods from their sandboxes' labels
+// (service account "default"); once the API answers, each such pod is
+// re-enrolled with its real service account.
+func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
+	c := admin(t)
+	ns := namespace(t, c, nil)
+	p := boundPod(t, c, ns, "boot", "real-sa", ambient)
+	must(t, api.StopAPIServer())
+	restarted := false
+	defer func() {
+		if !restarted {
+			_ = api.StartAPIServer()
+		}
+	}()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := kube.NewWatcher(c, kube.WatcherConfig{NodeName: node, DataplaneModeLabel: policy.DataplaneModeLabel,
+		GetTimeout: 300 * time.Millisecond, Debounce: 20 * time.Millisecond})
+	w.Start(ctx)
+	core, ports := newCore(t, w, noStatus{})
+	go w.RunReevaluation(ctx, core.Reevaluate)
+	hookCtx, hcancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer hcancel()
+	if res, err := core.Enroll(hookCtx, sandbox(p)); err != nil || !res.Enrolled {
+		t.Fatalf("Enroll with the API down = %+v, %v", res, err)
+	}
+	if sa, _ := ports.sa(string(p.UID)); sa != "default" {
+		t.Fatalf("service account %q while the API is down, want default", sa)
+	}
+	must(t, api.StartAPIServer())
+	restarted = true
+	eventually(t, "re-enrollment with the real service account", func() bool {
+		sa, _ := ports.sa(string(p.UID))
+		return sa == "real-sa"
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -44,6 +46,11 @@ type Watcher struct {
 	pfactory informers.SharedInformerFactory
 	changed  chan struct{}
 
+	// degraded holds pods resolved without the API: when the informer
+	// first sees one, it is re-evaluated with its real metadata.
+	mu       sync.Mutex
+	degraded map[types.UID]bool
+
 	// Counters (read by metrics).
 	Fallbacks atomic.Int64 // pods resolved by a direct GET
 	Degraded  atomic.Int64 // resolutions without the API (pod unknown, API failing)
@@ -59,7 +66,7 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 	if cfg.Debounce == 0 {
 		cfg.Debounce = 100 * time.Millisecond
 	}
-	w := &Watcher{cfg: cfg, client: client, changed: make(chan struct{}, 1)}
+	w := &Watcher{cfg: cfg, client: client, changed: make(chan struct{}, 1), degraded: map[types.UID]bool{}}
 	w.factory = informers.NewSharedInformerFactory(client, 0)
 	w.pfactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -79,6 +86,16 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 		},
 	})
 	_, _ = w.podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			p := o.(*corev1.Pod)
+			w.mu.Lock()
+			was := w.degraded[p.UID]
+			delete(w.degraded, p.UID)
+			w.mu.Unlock()
+			if was {
+				w.notify()
+			}
+		},
 		UpdateFunc: func(o, n any) {
 			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
 			if !maps.Equal(op.Labels, np.Labels) || !maps.Equal(op.Annotations, np.Annotations) ||
@@ -115,7 +132,7 @@ func (w *Watcher) WaitForSync(ctx context.Context) error {
 func (w *Watcher) Synced() bool { return w.nsInf.HasSynced() && w.podInf.HasSynced() }
 
 // RunReevaluation calls reevaluate after label changes (debounced) until
-// ctx ends. Events before the first sync are the initial list: ignored.
+// ctx ends. A change seen before the first sync waits for it.
 func (w *Watcher) RunReevaluation(ctx context.Context, reevaluate func(context.Context) error) {
 	logger := klog.FromContext(ctx)
 	for {
@@ -129,8 +146,8 @@ func (w *Watcher) RunReevaluation(ctx context.Context, reevaluate func(context.C
 			return
 		case <-time.After(w.cfg.Debounce):
 		}
-		if !w.Synced() {
-			continue
+		if !w.Synced() && w.WaitForSync(ctx) != nil {
+			return
 		}
 		if err := reevaluate(ctx); err != nil {
 			logger.Error(err, "Re-evaluating pods after a label change")
@@ -154,6 +171,9 @@ func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo,
 	}
 	if err != nil {
 		w.Degraded.Add(1)
+		w.mu.Lock()
+		w.degraded[types.UID(pod.UID)] = true
+		w.mu.Unlock()
 		klog.FromContext(ctx).Info("Pod not known to the API server; deciding from the sandbox's labels",
 			"pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		info.ServiceAccount = "default"
