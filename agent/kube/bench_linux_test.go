@@ -2,19 +2,12 @@ package kube_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/internal/latency"
 )
-
-func quantiles(b *testing.B, lat []time.Duration) {
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2])/1e3, "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100])/1e3, "p99-µs")
-}
 
 // BenchmarkResolveCached: a pod and namespace from the informer caches, the
 // path every RunPodSandbox of a scheduled pod takes.
@@ -37,7 +30,7 @@ func BenchmarkResolveCached(b *testing.B) {
 			b.Fatalf("Resolve = %+v, %v", info, err)
 		}
 	}
-	quantiles(b, lat)
+	latency.Report(b, lat)
 }
 
 // BenchmarkResolveAPIDown: the worst case inside a runtime hook: a pod the
@@ -61,5 +54,5 @@ func BenchmarkResolveAPIDown(b *testing.B) {
 			b.Fatalf("Resolve = %+v, %v", info, err)
 		}
 	}
-	quantiles(b, lat)
+	latency.Report(b, lat)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -16,17 +15,11 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/latency"
 )
 
 // Benchmarks on real namespaces: a dual-stack pod with DNS capture, the
 // common case. Each reports p50/p99 besides the mean.
-
-func reportQuantiles(b *testing.B, lat []time.Duration) {
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2])/1e3, "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100])/1e3, "p99-µs")
-}
 
 func benchWorkload(b *testing.B) *enroll.Workload {
 	return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4, podV6},
@@ -76,7 +69,7 @@ func benchApply(b *testing.B, be Backend) {
 		lat = append(lat, time.Since(start))
 		done()
 	}
-	reportQuantiles(b, lat)
+	latency.Report(b, lat)
 }
 
 // benchReapply measures Apply over the pod's existing rules (a changed
@@ -93,7 +86,7 @@ func benchReapply(b *testing.B, be Backend) {
 		}
 		lat = append(lat, time.Since(start))
 	}
-	reportQuantiles(b, lat)
+	latency.Report(b, lat)
 }
 
 // benchRemove measures Remove (RemoveAll: in-pod rules, routing, node SNAT)
@@ -115,7 +108,7 @@ func benchRemove(b *testing.B, be Backend) {
 		}
 		lat = append(lat, time.Since(start))
 	}
-	reportQuantiles(b, lat)
+	latency.Report(b, lat)
 }
 
 func BenchmarkApplyNftables(b *testing.B)   { benchApply(b, BackendNftables) }
@@ -142,5 +135,5 @@ func BenchmarkHostSNATUpdate(b *testing.B) {
 		}
 		lat = append(lat, mid.Sub(start), time.Since(mid))
 	}
-	reportQuantiles(b, lat)
+	latency.Report(b, lat)
 }

@@ -2,12 +2,12 @@ package zds_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/internal/latency"
 )
 
 // BenchmarkZDSAdd: one Add carrying a netns fd, and its Ack, over a real
@@ -44,10 +44,7 @@ func BenchmarkZDSAdd(b *testing.B) {
 		}
 		lat = append(lat, time.Since(start))
 	}
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2])/1e3, "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100])/1e3, "p99-µs")
+	latency.Report(b, lat)
 	_ = c.Close()
 	<-done
 }

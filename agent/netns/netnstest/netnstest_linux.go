@@ -1,7 +1,9 @@
 package netnstest
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -127,4 +129,22 @@ func HeldNetns(pid int) (map[uint64]int, error) {
 		_ = unix.Close(fd)
 	}
 	return held, nil
+}
+
+// Dial connects from inside the network namespace at nsPath: the socket is
+// created there (it keeps that namespace), on a locked thread of its own.
+// Usable as an http.Transport's or rest.Config's dial function.
+func Dial(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
+	h, err := netns.Open(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	var c net.Conn
+	err = h.Do(func() error {
+		var err error
+		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }

@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
 
@@ -58,18 +57,7 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 	m.Client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			h, err := netns.Open(nsPath)
-			if err != nil {
-				return nil, err
-			}
-			defer h.Close()
-			var c net.Conn
-			err = h.Do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
+			return netnstest.Dial(ctx, nsPath, network, addr)
 		},
 	}}
 	return m, nil

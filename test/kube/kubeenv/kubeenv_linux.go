@@ -20,7 +20,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
 
 // AdminToken authenticates as a member of system:masters.
@@ -222,18 +222,7 @@ func (e *Env) Dial(ctx context.Context, network, addr string) (net.Conn, error) 
 	if e.netns == "" {
 		return (&net.Dialer{}).DialContext(ctx, network, addr)
 	}
-	h, err := netns.Open(e.netns)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Close()
-	var c net.Conn
-	err = h.Do(func() error {
-		var err error
-		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-		return err
-	})
-	return c, err
+	return netnstest.Dial(ctx, e.netns, network, addr)
 }
 
 // Kubeconfig writes a kubeconfig for an admin client (for a daemon that
