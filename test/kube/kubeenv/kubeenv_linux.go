@@ -132,6 +132,7 @@ func (e *Env) StartAPIServer() error {
 		"--service-account-issuer=https://meshlet.test",
 		"--token-auth-file", filepath.Join(e.dir, "tokens.csv"),
 		"--authorization-mode=RBAC",
+		"--allow-privileged=true", // as kubeadm clusters run: node agents need it
 		// Configuration only: nothing routes to it.
 		"--service-cluster-ip-range=198.18.0.0/16",
 		"--cert-dir", filepath.Join(e.dir, "certs"))
