@@ -65,7 +65,15 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		m = newMetrics(reg, core, server.Connections, nil, nil)
 	}
-	plugin := nriplugin.New(cfg.NRI, core, m)
+	nriCfg := cfg.NRI
+	nriCfg.AfterSynchronize = func(ctx context.Context) {
+		// The runtime listed every running pod: node-side state of pods
+		// removed while meshlet was away can go.
+		if err := redir.RetainNodeState(core.EnrolledIPs()); err != nil {
+			logger.Error(err, "Cleaning node-side state of pods removed while meshlet was away")
+		}
+	}
+	plugin := nriplugin.New(nriCfg, core, m)
 
 	var zdsServing atomic.Bool
 	ready := func() error {

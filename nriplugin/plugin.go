@@ -51,6 +51,9 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound reconnect attempts; StablePeriod is
 	// how long a connection must last for the backoff to reset.
 	MinBackoff, MaxBackoff, StablePeriod time.Duration
+	// AfterSynchronize, if set, runs once the running pods are reconciled
+	// (node-side cleanup of pods removed while meshlet was away).
+	AfterSynchronize func(context.Context)
 }
 
 // DefaultConfig returns the defaults.
@@ -157,6 +160,9 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 	p.metrics.LateEnrolled(late)
 	if err != nil {
 		logger.Error(err, "Synchronize: some pods could not be reconciled")
+	}
+	if p.cfg.AfterSynchronize != nil {
+		p.cfg.AfterSynchronize(ctx)
 	}
 	logger.Info("Synchronized with runtime", "pods", len(pods), "lateEnrolled", late)
 	p.setConnected(true)

@@ -156,6 +156,8 @@ func TestCreateContainerGate(t *testing.T) {
 
 func TestSynchronizeCountsLateEnrollments(t *testing.T) {
 	p, core, m := newPlugin()
+	after := 0
+	p.cfg.AfterSynchronize = func(context.Context) { after++ }
 	core.status["known"] = enroll.PodStatus{UID: "known", State: enroll.StateEnrolled}
 	_, err := p.Synchronize(context.Background(), []*api.PodSandbox{
 		sandbox("known", "/netns/k", "10.0.0.1"), sandbox("late", "/netns/l", "10.0.0.2"),
@@ -165,6 +167,9 @@ func TestSynchronizeCountsLateEnrollments(t *testing.T) {
 	}
 	if m.late != 1 || !m.connected || !p.Connected() {
 		t.Fatalf("late %d connected %t/%t, want 1 late and connected", m.late, m.connected, p.Connected())
+	}
+	if after != 1 {
+		t.Fatalf("AfterSynchronize ran %d times, want once", after)
 	}
 }
 

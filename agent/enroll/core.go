@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -183,6 +184,25 @@ func (c *Core) Status(uid string) (PodStatus, bool) {
 	}
 	defer s.mu.Unlock()
 	return s.status(), true
+}
+
+// EnrolledIPs returns the addresses of every enrolled pod.
+func (c *Core) EnrolledIPs() []netip.Addr {
+	c.mu.RLock()
+	slots := make([]*slot, 0, len(c.slots))
+	for _, s := range c.slots {
+		slots = append(slots, s)
+	}
+	c.mu.RUnlock()
+	var ips []netip.Addr
+	for _, s := range slots {
+		s.mu.Lock()
+		if s.workload != nil {
+			ips = append(ips, s.workload.IPs...)
+		}
+		s.mu.Unlock()
+	}
+	return ips
 }
 
 // Pods returns the state of every pod the core knows, in no order.

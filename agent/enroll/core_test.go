@@ -2,6 +2,7 @@ package enroll
 
 import (
 	"context"
+	"net/netip"
 	"errors"
 	"fmt"
 	"slices"
@@ -442,5 +443,21 @@ func TestReconcileClearsLeftoversOfSkippedPods(t *testing.T) {
 	wantCalls(t, h)
 	if h.opener.openCount() != 0 {
 		t.Fatalf("%d netns left open", h.opener.openCount())
+	}
+}
+
+func TestEnrolledIPs(t *testing.T) {
+	h := newHarness(t)
+	a := h.pod("a", 1, meshOn)
+	a.IPs = []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")}
+	plain := h.pod("plain", 2, nil)
+	plain.IPs = []netip.Addr{netip.MustParseAddr("192.0.2.2")}
+	for _, p := range []Pod{a, plain} {
+		if _, err := h.core.Enroll(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.core.EnrolledIPs(); !slices.Equal(got, a.IPs) {
+		t.Fatalf("EnrolledIPs = %v, want the enrolled pod's %v", got, a.IPs)
 	}
 }

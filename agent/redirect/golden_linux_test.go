@@ -311,6 +311,13 @@ func TestHostSNATIsIncremental(t *testing.T) {
 	if !strings.Contains(list, "elements = { 192.0.2.11 }") || strings.Contains(list, "192.0.2.10") || strings.Contains(list, "2001:db8::10") {
 		t.Fatalf("node table after add a,b / delete a:\n%s", list)
 	}
+	// Retain drops what is not kept (pods removed while no agent ran).
+	c := netip.MustParseAddr("192.0.2.12")
+	must(t, h.Add([]netip.Addr{c, v6}))
+	must(t, h.Retain([]netip.Addr{b}))
+	if list := nftTable(t, host); !strings.Contains(list, "elements = { 192.0.2.11 }") || strings.Contains(list, "192.0.2.12") || strings.Contains(list, "2001:db8::10") {
+		t.Fatalf("node table after Retain(b):\n%s", list)
+	}
 	// A restarted agent keeps the elements (probes of running pods keep working).
 	h2, err := newNftHostSNAT(int(host.Fd()))
 	must(t, err)
@@ -346,6 +353,13 @@ func TestIptablesHostSNAT(t *testing.T) {
 	}
 	if v6 := inNetns(t, host, "ipset", "list", ipsetV6); !strings.Contains(v6, "2001:db8::10") {
 		t.Fatalf("address missing from %s:\n%s", ipsetV6, v6)
+	}
+	kept := netip.MustParseAddr("192.0.2.11")
+	must(t, h.Add([]netip.Addr{kept, netip.MustParseAddr("192.0.2.12")}))
+	must(t, h.Retain([]netip.Addr{kept}))
+	if v4, v6 := inNetns(t, host, "ipset", "list", ipsetV4), inNetns(t, host, "ipset", "list", ipsetV6); !strings.Contains(v4, "192.0.2.11") ||
+		strings.Contains(v4, "192.0.2.12") || strings.Contains(v6, "2001:db8::10") {
+		t.Fatalf("after Retain(192.0.2.11):\n%s\n%s", v4, v6)
 	}
 	must(t, h.Uninstall())
 	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {

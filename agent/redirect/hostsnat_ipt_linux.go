@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -112,3 +113,27 @@ func (h *iptablesHostSNAT) Uninstall() error {
 
 // Close has nothing to release: every operation runs a command.
 func (h *iptablesHostSNAT) Close() error { return nil }
+
+func (h *iptablesHostSNAT) Retain(keep []netip.Addr) error {
+	var stale []netip.Addr
+	for _, set := range []string{ipsetV4, ipsetV6} {
+		out, err := runIn(h.netns, "ipset", nil, "list", set, "-output", "plain")
+		if err != nil {
+			return fmt.Errorf("node probe SNAT: %w", err)
+		}
+		members := false
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "Members:") {
+				members = true
+				continue
+			}
+			if ip, err := netip.ParseAddr(strings.TrimSpace(line)); members && err == nil && !slices.Contains(keep, ip.Unmap()) {
+				stale = append(stale, ip.Unmap())
+			}
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	return h.Delete(stale)
+}

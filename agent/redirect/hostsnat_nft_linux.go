@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"github.com/google/nftables"
@@ -33,6 +34,9 @@ type HostSNAT interface {
 	Delete(ips []netip.Addr) error
 	// Uninstall removes every node-side object meshlet created.
 	Uninstall() error
+	// Retain deletes every address not in keep: pods that were released
+	// while no agent ran (their sandboxes removed) leave stale addresses.
+	Retain(keep []netip.Addr) error
 	// Close releases resources, leaving the node's state in place.
 	Close() error
 }
@@ -186,4 +190,26 @@ func (h *nftHostSNAT) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.conn.CloseLasting()
+}
+
+func (h *nftHostSNAT) Retain(keep []netip.Addr) error {
+	h.mu.Lock()
+	var stale []netip.Addr
+	for _, set := range []*nftables.Set{h.set4, h.set6} {
+		elems, err := h.conn.GetSetElements(set)
+		if err != nil {
+			h.mu.Unlock()
+			return fmt.Errorf("nftables: list %s: %w", set.Name, err)
+		}
+		for _, e := range elems {
+			if ip, ok := netip.AddrFromSlice(e.Key); ok && !slices.Contains(keep, ip.Unmap()) {
+				stale = append(stale, ip.Unmap())
+			}
+		}
+	}
+	h.mu.Unlock()
+	if len(stale) == 0 {
+		return nil
+	}
+	return h.Delete(stale)
 }

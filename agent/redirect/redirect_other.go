@@ -5,6 +5,7 @@ package redirect
 import (
 	"context"
 	"errors"
+	"net/netip"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 )
@@ -32,3 +33,6 @@ func (*Redirector) Uninstall() error { return errUnsupported }
 
 // Close is only implemented on Linux.
 func (*Redirector) Close() error { return errUnsupported }
+
+// RetainNodeState is only implemented on Linux.
+func (*Redirector) RetainNodeState([]netip.Addr) error { return errUnsupported }

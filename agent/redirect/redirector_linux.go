@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -140,6 +141,11 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 // Uninstall removes every node-side object (meshlet is being removed from
 // the node). Pods' in-pod rules are left to their Remove or their netns.
 func (r *Redirector) Uninstall() error { return r.host.Uninstall() }
+
+// RetainNodeState drops node-side state (probe SNAT addresses) of every pod
+// not in keep: call it once the running pods are known (after the runtime's
+// Synchronize), to clean up after pods removed while no agent ran.
+func (r *Redirector) RetainNodeState(keep []netip.Addr) error { return r.host.Retain(keep) }
 
 // Close releases the redirector's resources and leaves every rule in place
 // (an agent restart must not unmesh running pods).

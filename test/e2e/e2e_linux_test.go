@@ -317,12 +317,18 @@ func TestZtunnelReconnectReplays(t *testing.T) {
 func TestMeshletRestart(t *testing.T) {
 	m := startMesh(t)
 	p := runPod(t, "app", ambient, false)
+	gone := runPod(t, "app", ambient, false)
 	m.zt.Stop()
 	m.zt = nil
 	if err := m.meshlet.Stop(); err != nil {
 		t.Fatalf("meshlet stop: %v", err)
 	}
 	m.meshlet = nil
+	// Removed while meshlet is away: its node-side probe SNAT entry must
+	// not outlive it.
+	if err := theEnv.RemovePod(gone.id); err != nil {
+		t.Fatal(err)
+	}
 	if !hasRules(t, p.info.NetnsPath) {
 		t.Fatal("stopping meshlet removed a running pod's rules")
 	}
@@ -338,6 +344,13 @@ func TestMeshletRestart(t *testing.T) {
 	}
 	if !hasRules(t, p.info.NetnsPath) {
 		t.Fatal("rules missing after restart")
+	}
+	snat, err := theEnv.Exec("nft", "list", "set", "inet", "meshlet", "probe-pods-v4")
+	if err != nil {
+		t.Fatalf("node SNAT set: %v\n%s", err, snat)
+	}
+	if !strings.Contains(snat, p.info.IP) || strings.Contains(snat, gone.info.IP) {
+		t.Fatalf("node SNAT set after restart should hold %s and not %s:\n%s", p.info.IP, gone.info.IP, snat)
 	}
 }
 
