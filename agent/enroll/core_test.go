@@ -2,9 +2,9 @@ package enroll
 
 import (
 	"context"
-	"net/netip"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
