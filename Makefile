@@ -11,7 +11,7 @@ BIN           := bin
 TEST_FLAGS    ?= -race -count=1
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build test test-unit bench lint generate verify-generated deps demo clean
+.PHONY: all build test bench lint generate verify-generated deps demo clean
 
 all: build
 
@@ -31,10 +31,14 @@ test: deps
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	  $(GO) test $(TEST_FLAGS) ./...
 
-## bench: the benchmarks named in the issues, repeated for benchstat
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ | tee bench.txt
-	$(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ | tee -a bench.txt
+## bench: every benchmark the issues name, repeated for benchstat (bench.txt)
+bench: deps
+	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && { \
+	  $(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ && \
+	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \
+	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
+	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt
 
 ## lint: formatting, vet, staticcheck, generated code up to date
 lint: deps $(STATICCHECK) verify-generated
