@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -303,16 +305,48 @@ func (e *Env) Stop() error {
 	if err := e.StopContainerd(); err != nil {
 		errs = append(errs, err)
 	}
-	// Shims of removed pods exit; leftovers (a crashed run) are killed by
-	// their socket dir's owner process group: nothing else to do here.
-	_ = exec.Command("sh", "-c", "grep -F "+shellQuote(e.opts.Dir)+" /proc/self/mountinfo | awk '{print $5}' | sort -r | xargs -r -n1 umount -l").Run()
+	// Shims of removed pods exit on their own; any left (a pod rmp could
+	// not remove) are found by our private paths on their command line.
+	killUnder(e.opts.Dir)
+	unmountUnder(e.opts.Dir)
 	if e.Netns != "" {
 		_ = run("ip", "netns", "del", e.Netns)
 	}
 	return errors.Join(errs...)
 }
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+// killUnder kills processes whose command line mentions dir.
+func killUnder(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !bytes.Contains(b, []byte(dir)) {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// unmountUnder lazily unmounts everything mounted below dir (netns bind
+// mounts, rootfs overlays, shm), deepest first.
+func unmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			points = append(points, f[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		_ = syscall.Unmount(p, syscall.MNT_DETACH)
+	}
+}
 
 func run(name string, args ...string) error {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
