@@ -57,6 +57,8 @@ type Config struct {
 	Standalone bool
 	// Kubeconfig is the API server configuration; empty: in-cluster.
 	Kubeconfig string
+	// StateDir holds the checkpoint of enrolled pods.
+	StateDir string
 	// HealthAddr serves /healthz and /readyz; MetricsAddr serves /metrics.
 	// Empty disables.
 	HealthAddr  string
@@ -69,7 +71,7 @@ type Config struct {
 // socket path, the runtime's NRI socket, nftables redirection.
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
-		Redirect: redirect.DefaultConfig(), HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults()}
+		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults()}
 }
 
 // AddFlags registers every setting on fs.
@@ -84,6 +86,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Redirect.IptablesVariant, "iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
 	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as \"default\", no status annotation")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the checkpoint of enrolled pods (lets a restarted meshlet adopt running pods' rules)")
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
 	fs.Var(newListValue(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
@@ -100,6 +103,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Policy.DataplaneModeLabel == "" {
 		return errors.New("--dataplane-mode-label must not be empty")
+	}
+	if c.StateDir == "" {
+		return errors.New("--state-dir must not be empty")
 	}
 	if c.NRI.SocketPath == "" {
 		return errors.New("--nri-socket must not be empty")

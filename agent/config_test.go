@@ -3,9 +3,15 @@ package agent
 import (
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/meshlet/meshlet/agent/state"
 )
 
 func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
@@ -98,5 +104,19 @@ func TestEnumFlagsRejectUnknownValues(t *testing.T) {
 		if err := fs.Parse([]string{arg}); err == nil {
 			t.Errorf("%s accepted", arg)
 		}
+	}
+}
+
+func TestCorruptCheckpointIsSetAside(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, state.FileName), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logger, _ := ktesting.NewTestContext(t)
+	if got := loadAdoptions(dir, logger); len(got) != 0 {
+		t.Fatalf("adoptions from a corrupt checkpoint: %v", got)
+	}
+	if _, err := os.Stat(filepath.Join(dir, state.FileName+".corrupt")); err != nil {
+		t.Fatalf("corrupt checkpoint not set aside: %v", err)
 	}
 }

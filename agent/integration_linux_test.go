@@ -21,6 +21,7 @@ import (
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
@@ -229,6 +230,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	cfg := DefaultConfig()
 	dir := shortDir(t)
 	cfg.Standalone = true
+	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.ZtunnelSocket = filepath.Join(dir, "run", "z.sock")
 	cfg.NRI.SocketPath = filepath.Join(dir, "no-runtime.sock")
 	cfg.Redirect.HostNetnsFd = int(node.Fd()) // never the real node's tables
@@ -267,6 +269,12 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	if _, err := os.Stat(cfg.ZtunnelSocket); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
+	}
+	if cp, err := state.Load(cfg.StateDir); err != nil || len(cp.Pods) != 0 {
+		t.Fatalf("checkpoint after a run without pods: %+v, %v", cp, err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, state.FileName)); err != nil {
+		t.Fatalf("no checkpoint written on the way out: %v", err)
 	}
 }
 

@@ -42,6 +42,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
 	defer redir.Close() // rules stay: see above
+	redir.Adopt(loadAdoptions(cfg.StateDir, logger))
 	var resolver enroll.PodInfoResolver = standaloneResolver{}
 	var status enroll.StatusReporter = logStatus{logger: logger}
 	var api *apiClients
@@ -139,6 +140,10 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 		api.waitForSync(root, logger)
 	}
+	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
+		runCheckpointer(ctx, cfg.StateDir, core)
+		return nil
+	})
 	stopNRI := start("NRI plugin", plugin.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone)
@@ -148,6 +153,7 @@ func Run(ctx context.Context, cfg Config) error {
 	logger.Info("meshlet stopping", "cause", cause)
 	stopNRI()
 	stopAPI()
+	stopCheckpoint() // writes the final state
 	stopZDS()
 	if ctx.Err() != nil {
 		return nil // asked to stop: a clean shutdown

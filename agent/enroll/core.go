@@ -186,21 +186,31 @@ func (c *Core) Status(uid string) (PodStatus, bool) {
 	return s.status(), true
 }
 
-// EnrolledIPs returns the addresses of every enrolled pod.
-func (c *Core) EnrolledIPs() []netip.Addr {
+// Workloads returns a copy of every enrolled pod's workload. The Netns
+// handles stay owned by the core: read them (Inode), do not close them.
+func (c *Core) Workloads() []Workload {
 	c.mu.RLock()
 	slots := make([]*slot, 0, len(c.slots))
 	for _, s := range c.slots {
 		slots = append(slots, s)
 	}
 	c.mu.RUnlock()
-	var ips []netip.Addr
+	var out []Workload
 	for _, s := range slots {
 		s.mu.Lock()
 		if s.workload != nil {
-			ips = append(ips, s.workload.IPs...)
+			out = append(out, *s.workload)
 		}
 		s.mu.Unlock()
+	}
+	return out
+}
+
+// EnrolledIPs returns the addresses of every enrolled pod.
+func (c *Core) EnrolledIPs() []netip.Addr {
+	var ips []netip.Addr
+	for _, w := range c.Workloads() {
+		ips = append(ips, w.IPs...)
 	}
 	return ips
 }

@@ -371,3 +371,59 @@ func TestIptablesHostSNAT(t *testing.T) {
 		t.Fatalf("ipsets after Uninstall: %s", out)
 	}
 }
+
+// tableHandle is the kernel's handle of meshlet's table: it changes when the
+// table is replaced.
+func tableHandle(t testing.TB, h *netns.Handle) string {
+	out := inNetns(t, h, "nft", "-a", "list", "table", "inet", TableName)
+	first := strings.SplitN(out, "\n", 2)[0]
+	i := strings.Index(first, "# handle ")
+	if i < 0 {
+		t.Fatalf("no handle in %q", first)
+	}
+	return first[i:]
+}
+
+// TestAdoption: a pod a previous agent enrolled keeps its rules when it
+// comes back unchanged (no table rewrite); any difference, or a missing
+// table, means a normal apply.
+func TestAdoption(t *testing.T) {
+	w := func(pod *netns.Handle, opts enroll.Options) *enroll.Workload {
+		return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: opts, Netns: pod}
+	}
+	opts := enroll.Options{DNSCapture: true}
+	adoption := func(pod *netns.Handle) []Adoption {
+		return []Adoption{{UID: "u", NetnsInode: pod.Inode(), IPs: []netip.Addr{podV4}, Options: opts}}
+	}
+	t.Run("unchanged pod keeps its table", func(t *testing.T) {
+		pod := podNetns(t)
+		must(t, newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, opts)))
+		before := tableHandle(t, pod)
+		r := newBareRedirector(t, BackendNftables) // the restarted agent
+		r.Adopt(adoption(pod))
+		must(t, r.Apply(context.Background(), w(pod, opts)))
+		if after := tableHandle(t, pod); after != before {
+			t.Fatalf("table rewritten on adoption: %s → %s", before, after)
+		}
+		checkGolden(t, "nftables_ipv4", rulesDump(t, pod, BackendNftables)+routingDump(t, pod))
+	})
+	t.Run("changed options are applied", func(t *testing.T) {
+		pod := podNetns(t)
+		must(t, newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, opts)))
+		r := newBareRedirector(t, BackendNftables)
+		r.Adopt(adoption(pod))
+		must(t, r.Apply(context.Background(), w(pod, enroll.Options{})))
+		if strings.Contains(rulesDump(t, pod, BackendNftables), "15053") {
+			t.Fatal("DNS capture turned off but the adopted rules were kept")
+		}
+	})
+	t.Run("missing table is applied", func(t *testing.T) {
+		pod := podNetns(t)
+		r := newBareRedirector(t, BackendNftables)
+		r.Adopt(adoption(pod))
+		must(t, r.Apply(context.Background(), w(pod, opts)))
+		if strings.HasPrefix(nftTable(t, pod), "no table") {
+			t.Fatal("adoption of a pod without a table left it without rules")
+		}
+	})
+}

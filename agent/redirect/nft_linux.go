@@ -172,3 +172,19 @@ func removeNftables(netnsFd int) error {
 	}
 	return nil
 }
+
+// hasNftTable reports whether meshlet's table exists in the netns.
+func hasNftTable(netnsFd int) (bool, error) {
+	c, err := nftables.New(nftables.WithNetNSFd(netnsFd), nftables.AsLasting())
+	if err != nil {
+		return false, err
+	}
+	defer c.CloseLasting()
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	return true, nil
+}

@@ -36,3 +36,14 @@ func (*Redirector) Close() error { return errUnsupported }
 
 // RetainNodeState is only implemented on Linux.
 func (*Redirector) RetainNodeState([]netip.Addr) error { return errUnsupported }
+
+// Adoption is a pod a previous agent enrolled.
+type Adoption struct {
+	UID        string
+	NetnsInode uint64
+	IPs        []netip.Addr
+	Options    enroll.Options
+}
+
+// Adopt is only implemented on Linux.
+func (*Redirector) Adopt([]Adoption) {}

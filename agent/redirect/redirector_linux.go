@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sync"
 
 	"k8s.io/klog/v2"
@@ -20,6 +21,47 @@ type Redirector struct {
 	cfg     Config
 	backend podBackend
 	host    HostSNAT
+
+	mu      sync.Mutex
+	adopted map[string]Adoption
+}
+
+// Adoption is a pod a previous agent enrolled (from the checkpoint): if the
+// pod comes back with the same netns and settings and its table is there,
+// Apply keeps the rules instead of rewriting them.
+type Adoption struct {
+	UID        string
+	NetnsInode uint64
+	IPs        []netip.Addr
+	Options    enroll.Options
+}
+
+// Adopt registers pods for adoption (nftables backend only: its table can
+// be checked cheaply; iptables pods are always rewritten).
+func (r *Redirector) Adopt(pods []Adoption) {
+	if _, ok := r.backend.(nftBackend); !ok {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.adopted = make(map[string]Adoption, len(pods))
+	for _, p := range pods {
+		r.adopted[p.UID] = p
+	}
+}
+
+// adopt reports whether w is an adoptable pod whose rules are in place;
+// each adoption is used once.
+func (r *Redirector) adopt(fd int, w *enroll.Workload) bool {
+	r.mu.Lock()
+	a, ok := r.adopted[w.UID]
+	delete(r.adopted, w.UID)
+	r.mu.Unlock()
+	if !ok || a.NetnsInode != w.Netns.Inode() || a.Options != w.Options || !slices.Equal(a.IPs, w.IPs) {
+		return false
+	}
+	has, err := hasNftTable(fd)
+	return err == nil && has
 }
 
 var _ enroll.Redirector = (*Redirector)(nil)
@@ -75,7 +117,15 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
 	wg.Go(func() { hostErr = r.host.Add(w.IPs) })
-	ruleErr := r.backend.apply(fd, p)
+	var ruleErr error
+	if r.adopt(fd, w) {
+		// A previous agent's rules for this very netns and settings:
+		// keep them (rewriting costs an RCU grace period per pod at
+		// start-up). Routing and node SNAT are re-asserted (idempotent).
+		klog.FromContext(ctx).V(2).Info("Adopted the redirection a previous agent applied", "podUID", w.UID)
+	} else {
+		ruleErr = r.backend.apply(fd, p)
+	}
 	wg.Wait()
 	if err := errors.Join(routeErr, ruleErr, hostErr); err != nil {
 		errs := []error{err}

@@ -318,6 +318,14 @@ func TestMeshletRestart(t *testing.T) {
 	m := startMesh(t)
 	p := runPod(t, "app", ambient, false)
 	gone := runPod(t, "app", ambient, false)
+	handle := func() string {
+		out, err := exec.Command("nsenter", "--net="+p.info.NetnsPath, "nft", "-a", "list", "table", "inet", "meshlet").Output()
+		if err != nil {
+			t.Fatalf("pod table: %v", err)
+		}
+		return strings.SplitN(string(out), "\n", 2)[0]
+	}
+	before := handle()
 	m.zt.Stop()
 	m.zt = nil
 	if err := m.meshlet.Stop(); err != nil {
@@ -344,6 +352,10 @@ func TestMeshletRestart(t *testing.T) {
 	}
 	if !hasRules(t, p.info.NetnsPath) {
 		t.Fatal("rules missing after restart")
+	}
+	// Adopted from the checkpoint, not rewritten.
+	if after := handle(); after != before {
+		t.Fatalf("the running pod's table was rewritten on restart (%s → %s)", before, after)
 	}
 	snat, err := theEnv.Exec("nft", "list", "set", "inet", "meshlet", "probe-pods-v4")
 	if err != nil {

@@ -42,7 +42,7 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 		return nil, err
 	}
 	args := append([]string{"--net=" + e.NetnsPath(), e.Meshlet,
-		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--ztunnel-socket=" + ztunnelSocket,
+		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--state-dir=" + e.path("meshlet-state"), "--ztunnel-socket=" + ztunnelSocket,
 		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2"}, extra...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
