@@ -97,4 +97,3 @@ func runCheckpointer(ctx context.Context, dir string, core *enroll.Core) {
 		}
 	}
 }
-
