@@ -48,15 +48,7 @@ func checkpointOf(ws []enroll.Workload) state.Checkpoint {
 			ServiceAccount: w.ServiceAccount, NetnsInode: w.Netns.Inode(), IPs: slices.Clone(w.IPs),
 			DNSCapture: w.Options.DNSCapture, BypassInbound: w.Options.BypassInbound, IPv6: w.Options.IPv6})
 	}
-	slices.SortFunc(cp.Pods, func(a, b state.Pod) int {
-		switch {
-		case a.UID < b.UID:
-			return -1
-		case a.UID > b.UID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(cp.Pods, state.ByUID)
 	return cp
 }
 

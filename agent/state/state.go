@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // Version is the checkpoint format version this code reads and writes.
@@ -75,15 +76,7 @@ func Load(dir string) (Checkpoint, error) {
 // then renamed over the old one.
 func Save(dir string, cp Checkpoint) error {
 	cp.Version = Version
-	slices.SortFunc(cp.Pods, func(a, b Pod) int {
-		switch {
-		case a.UID < b.UID:
-			return -1
-		case a.UID > b.UID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(cp.Pods, ByUID)
 	b, err := json.MarshalIndent(cp, "", "  ")
 	if err != nil {
 		return err
@@ -112,6 +105,9 @@ func Save(dir string, cp Checkpoint) error {
 	}
 	return nil
 }
+
+// ByUID orders pods by UID: the file's order, stable across writes.
+func ByUID(a, b Pod) int { return strings.Compare(a.UID, b.UID) }
 
 // SetAside renames a corrupt checkpoint so the agent can start fresh and an
 // operator can still look at it.
