@@ -189,20 +189,12 @@ func (c *Core) Status(uid string) (PodStatus, bool) {
 // Workloads returns a copy of every enrolled pod's workload. The Netns
 // handles stay owned by the core: read them (Inode), do not close them.
 func (c *Core) Workloads() []Workload {
-	c.mu.RLock()
-	slots := make([]*slot, 0, len(c.slots))
-	for _, s := range c.slots {
-		slots = append(slots, s)
-	}
-	c.mu.RUnlock()
 	var out []Workload
-	for _, s := range slots {
-		s.mu.Lock()
+	c.eachSlot(func(s *slot) {
 		if s.workload != nil {
 			out = append(out, *s.workload)
 		}
-		s.mu.Unlock()
-	}
+	})
 	return out
 }
 
@@ -217,21 +209,28 @@ func (c *Core) EnrolledIPs() []netip.Addr {
 
 // Pods returns the state of every pod the core knows, in no order.
 func (c *Core) Pods() []PodStatus {
+	var out []PodStatus
+	c.eachSlot(func(s *slot) { out = append(out, s.status()) })
+	return out
+}
+
+// eachSlot calls fn for every live slot, one at a time, with its lock held.
+// The map lock is held only to take the list, never while waiting for a
+// pod's lock.
+func (c *Core) eachSlot(fn func(*slot)) {
 	c.mu.RLock()
 	slots := make([]*slot, 0, len(c.slots))
 	for _, s := range c.slots {
 		slots = append(slots, s)
 	}
 	c.mu.RUnlock()
-	out := make([]PodStatus, 0, len(slots))
 	for _, s := range slots {
 		s.mu.Lock()
 		if !s.gone {
-			out = append(out, s.status())
+			fn(s)
 		}
 		s.mu.Unlock()
 	}
-	return out
 }
 
 func (s *slot) status() PodStatus {
@@ -324,7 +323,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		if old.Netns.Inode() == ns.Inode() {
 			scope = RemoveAll
 		}
-		podLogger(ctx, pod).V(2).Info("Pod changed, re-enrolling", "oldNetnsInode", old.Netns.Inode(), "netnsInode", ns.Inode())
+		podDebug(ctx, pod, "Pod changed, re-enrolling", "oldNetnsInode", old.Netns.Inode(), "netnsInode", ns.Inode())
 		if err := c.release(ctx, s, scope, StateReleased, "replaced"); err != nil {
 			podLogger(ctx, pod).Error(err, "Releasing the previous enrollment reported an error; continuing")
 		}
@@ -349,7 +348,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	s.workload = want
 	c.setState(s, StateEnrolled, d.Reason)
 	c.ports.Status.Report(s.ref(), RedirectionEnabled)
-	podLogger(ctx, pod).V(2).Info("Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
+	podDebug(ctx, pod, "Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
 }
 
@@ -364,7 +363,7 @@ func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
 	}
 	ns, err := c.ports.Opener.Open(pod.NetnsPath)
 	if err != nil {
-		podLogger(ctx, pod).V(2).Info("Cannot check a skipped pod for leftover rules", "err", err)
+		podDebug(ctx, pod, "Cannot check a skipped pod for leftover rules", "err", err)
 		return
 	}
 	defer ns.Close()
@@ -381,7 +380,7 @@ func (c *Core) fail(ctx context.Context, s *slot, step Step, err error) (Result,
 	if s.workload == nil {
 		c.setState(s, StateFailed, fmt.Sprintf("%s: %v", step, err))
 	}
-	podLogger(ctx, &s.pod).V(2).Info("Enrollment step failed", "step", step, "err", err)
+	podDebug(ctx, &s.pod, "Enrollment step failed", "step", step, "err", err)
 	return Result{Enrolled: s.workload != nil}, e
 }
 
@@ -447,6 +446,14 @@ func (c *Core) parallel(n int, fn func(i int) error) []error {
 		}
 	}
 	return out
+}
+
+// podDebug logs at verbosity 2; the pod's logger is only built when that
+// verbosity is on (this runs inside the runtime's hook).
+func podDebug(ctx context.Context, pod *Pod, msg string, kv ...any) {
+	if l := klog.FromContext(ctx).V(2); l.Enabled() {
+		l.WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID).Info(msg, kv...)
+	}
 }
 
 // podLogger is built only where something is logged: the no-op path of

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
 
 const wait = 3 * time.Second
@@ -53,7 +54,7 @@ func TestPackets(t *testing.T) {
 					c, err := dial(topo.peer, "tcp", hp(fc.pod, 8080), netip.Addr{}, 0)
 					must(t, err)
 					defer c.Close()
-					got, err := acceptOne(inbound, wait)
+					got, err := netnstest.Accept(inbound, wait)
 					must(t, err)
 					defer got.Close()
 					od, err := originalDst(got)
@@ -66,7 +67,7 @@ func TestPackets(t *testing.T) {
 					c, err := dial(topo.pod, "tcp", hp(fc.host, 9999), netip.Addr{}, 0)
 					must(t, err)
 					defer c.Close()
-					got, err := acceptOne(outbound, wait)
+					got, err := netnstest.Accept(outbound, wait)
 					must(t, err)
 					got.Close()
 				})
@@ -74,7 +75,7 @@ func TestPackets(t *testing.T) {
 					c, err := dial(topo.pod, "tcp", hp(fc.host, 9999), netip.Addr{}, int(ProxyMark))
 					must(t, err)
 					defer c.Close()
-					got, err := acceptOne(hostSvc, wait)
+					got, err := netnstest.Accept(hostSvc, wait)
 					must(t, err)
 					got.Close()
 				})
@@ -92,7 +93,7 @@ func TestPackets(t *testing.T) {
 					c, err := dial(topo.host, "tcp", hp(fc.pod, 8080), fc.probe, 0)
 					must(t, err)
 					defer c.Close()
-					got, err := acceptOne(app, wait)
+					got, err := netnstest.Accept(app, wait)
 					must(t, err)
 					got.Close()
 				})
@@ -102,7 +103,7 @@ func TestPackets(t *testing.T) {
 					c, err := dial(topo.host, "tcp", hp(fc.pod, 8080), netip.Addr{}, 0)
 					must(t, err)
 					defer c.Close()
-					got, err := acceptOne(app, wait)
+					got, err := netnstest.Accept(app, wait)
 					must(t, err)
 					defer got.Close()
 					src := got.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
@@ -163,7 +164,7 @@ func TestBypassInbound(t *testing.T) {
 			c, err := dial(topo.peer, "tcp", hp(podV4, 8080), netip.Addr{}, 0)
 			must(t, err)
 			defer c.Close()
-			got, err := acceptOne(app, wait)
+			got, err := netnstest.Accept(app, wait)
 			must(t, err)
 			got.Close()
 			// Outbound is still captured.
@@ -171,7 +172,7 @@ func TestBypassInbound(t *testing.T) {
 			c2, err := dial(topo.pod, "tcp", hp(hostV4, 9999), netip.Addr{}, 0)
 			must(t, err)
 			defer c2.Close()
-			got, err = acceptOne(out, wait)
+			got, err = netnstest.Accept(out, wait)
 			must(t, err)
 			got.Close()
 		})

@@ -2,7 +2,6 @@ package redirect
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -200,23 +199,6 @@ func dial(h *netns.Handle, network, addr string, src netip.Addr, mark int) (net.
 		return err
 	})
 	return c, err
-}
-
-// acceptOne waits for one connection on l.
-func acceptOne(l net.Listener, wait time.Duration) (net.Conn, error) {
-	type res struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() { c, err := l.Accept(); ch <- res{c, err} }()
-	select {
-	case r := <-ch:
-		return r.c, r.err
-	case <-time.After(wait):
-		l.Close() // unblock Accept
-		return nil, fmt.Errorf("no connection on %s within %v", l.Addr(), wait)
-	}
 }
 
 // originalDst reads SO_ORIGINAL_DST (IPv4) or IP6T_SO_ORIGINAL_DST (IPv6)

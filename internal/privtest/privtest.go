@@ -5,6 +5,7 @@
 package privtest
 
 import (
+	"fmt"
 	"os"
 	"testing"
 )
@@ -34,5 +35,26 @@ func RequireEnv(t testing.TB, name, why string) string {
 		t.Fatalf("%s is not set: %s", name, why)
 	}
 	t.Skipf("SKIPPING: %s is not set: %s", name, why)
+	return ""
+}
+
+// MainEnv is RequireEnv for a TestMain that sets up a shared environment:
+// it returns the variable's value, or ends the test binary, failing with
+// CI=true and skipping loudly elsewhere. needRoot adds the root check.
+func MainEnv(pkg, name, why string, needRoot bool) string {
+	v := os.Getenv(name)
+	if v != "" && (!needRoot || os.Geteuid() == 0) {
+		return v
+	}
+	msg := fmt.Sprintf("%s tests need %s (%s)", pkg, name, why)
+	if needRoot {
+		msg = fmt.Sprintf("%s tests need root and %s (%s)", pkg, name, why)
+	}
+	if os.Getenv("CI") == "true" {
+		fmt.Fprintln(os.Stderr, "FAIL: "+msg)
+		os.Exit(1)
+	}
+	fmt.Fprintln(os.Stderr, "SKIPPING: "+msg)
+	os.Exit(0)
 	return ""
 }

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
@@ -211,34 +211,17 @@ func TestMeshPodLifecycle(t *testing.T) {
 	}
 }
 
-// dialFrom opens a TCP connection from inside a netns.
 func dialFrom(t *testing.T, nsPath, addr string) (net.Conn, error) {
-	h, err := netns.Open(nsPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	var c net.Conn
-	err = h.Do(func() error {
-		var err error
-		c, err = net.DialTimeout("tcp", addr, 3*time.Second)
-		return err
-	})
-	return c, err
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return netnstest.Dial(ctx, nsPath, "tcp", addr)
 }
 
 func listenIn(t *testing.T, nsPath, addr string) net.Listener {
-	h, err := netns.Open(nsPath)
+	t.Helper()
+	l, err := netnstest.Listen(nsPath, "tcp", addr)
 	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	var l net.Listener
-	if err := h.Do(func() error {
-		var err error
-		l, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
@@ -247,23 +230,11 @@ func listenIn(t *testing.T, nsPath, addr string) net.Listener {
 
 func accept(t *testing.T, l net.Listener) net.Conn {
 	t.Helper()
-	type res struct {
-		c   net.Conn
-		err error
+	c, err := netnstest.Accept(l, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ch := make(chan res, 1)
-	go func() { c, err := l.Accept(); ch <- res{c, err} }()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			t.Fatal(r.err)
-		}
-		return r.c
-	case <-time.After(5 * time.Second):
-		l.Close()
-		t.Fatalf("no connection on %s", l.Addr())
-		return nil
-	}
+	return c
 }
 
 // TestPackets: traffic from another pod to an enrolled pod reaches

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -147,4 +148,38 @@ func Dial(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
 		return err
 	})
 	return c, err
+}
+
+// Listen opens a listener inside the network namespace at nsPath.
+func Listen(nsPath, network, addr string) (net.Listener, error) {
+	h, err := netns.Open(nsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	var l net.Listener
+	err = h.Do(func() error {
+		var err error
+		l, err = net.Listen(network, addr)
+		return err
+	})
+	return l, err
+}
+
+// Accept waits up to wait for one connection on l; on timeout it closes l
+// (to unblock Accept) and says so.
+func Accept(l net.Listener, wait time.Duration) (net.Conn, error) {
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() { c, err := l.Accept(); ch <- res{c, err} }()
+	select {
+	case r := <-ch:
+		return r.c, r.err
+	case <-time.After(wait):
+		l.Close()
+		return nil, fmt.Errorf("no connection on %s within %v", l.Addr(), wait)
+	}
 }
