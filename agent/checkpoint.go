@@ -3,79 +3,54 @@ package agent
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
 )
 
-// checkpointInterval is how often the checkpoint is compared with the
-// core's state and rewritten if it changed. Writes never happen inside a
+// checkpointInterval is how often the core's records are checked for
+// changes and, if they changed, written. Writes never happen inside a
 // runtime hook.
 const checkpointInterval = 2 * time.Second
 
-// loadAdoptions reads the checkpoint and turns it into adoptions for the
-// redirector. A corrupt checkpoint is set aside loudly and ignored: every
-// running pod is then re-applied from scratch, which is always correct.
-func loadAdoptions(dir string, logger klog.Logger) []redirect.Adoption {
+// loadCheckpoint reads the records a previous agent left. A corrupt
+// checkpoint is set aside loudly and ignored: every running pod's rules are
+// then rewritten, which is always correct.
+func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
 	cp, err := state.Load(dir)
 	if errors.Is(err, state.ErrCorrupt) {
-		moved, merr := state.SetAside(dir)
+		moved, merr := state.SetAside(dir, time.Now())
 		logger.Error(err, "Ignoring the checkpoint: every running pod's rules will be rewritten", "setAside", moved, "setAsideErr", merr)
 		return nil
 	}
 	if err != nil {
-		logger.Error(err, "Ignoring the checkpoint")
+		logger.Error(err, "Ignoring the checkpoint: every running pod's rules will be rewritten")
 		return nil
 	}
-	out := make([]redirect.Adoption, 0, len(cp.Pods))
-	for _, p := range cp.Pods {
-		out = append(out, redirect.Adoption{UID: p.UID, NetnsInode: p.NetnsInode, IPs: p.IPs,
-			Options: enroll.Options{DNSCapture: p.DNSCapture, BypassInbound: p.BypassInbound, IPv6: p.IPv6}})
-	}
-	logger.Info("Checkpoint loaded", "dir", dir, "pods", len(out))
-	return out
+	logger.Info("Checkpoint loaded", "dir", dir, "pods", len(cp.Pods))
+	return cp.Pods
 }
 
-func checkpointOf(ws []enroll.Workload) state.Checkpoint {
-	cp := state.Checkpoint{Version: state.Version, Pods: make([]state.Pod, 0, len(ws))}
-	for _, w := range ws {
-		cp.Pods = append(cp.Pods, state.Pod{UID: w.UID, Name: w.Name, Namespace: w.Namespace,
-			ServiceAccount: w.ServiceAccount, NetnsInode: w.Netns.Inode(), IPs: slices.Clone(w.IPs),
-			DNSCapture: w.Options.DNSCapture, BypassInbound: w.Options.BypassInbound, IPv6: w.Options.IPv6})
-	}
-	slices.SortFunc(cp.Pods, state.ByUID)
-	return cp
-}
-
-func sameCheckpoint(a, b state.Checkpoint) bool {
-	return slices.EqualFunc(a.Pods, b.Pods, func(x, y state.Pod) bool {
-		return x.UID == y.UID && x.Name == y.Name && x.Namespace == y.Namespace && x.ServiceAccount == y.ServiceAccount &&
-			x.NetnsInode == y.NetnsInode && slices.Equal(x.IPs, y.IPs) && x.DNSCapture == y.DNSCapture &&
-			x.BypassInbound == y.BypassInbound && x.IPv6 == y.IPv6
-	})
-}
-
-// runCheckpointer writes the core's enrolled pods to the state dir when
-// they change, and once more on the way out.
+// runCheckpointer writes the core's records to the state dir whenever
+// their generation moved, and once more on the way out. It reads the
+// core's published view: it never waits for a pod's enrollment.
 func runCheckpointer(ctx context.Context, dir string, core *enroll.Core) {
 	logger := klog.FromContext(ctx)
-	var last state.Checkpoint
+	var last uint64
 	written := false
 	write := func() {
-		cp := checkpointOf(core.Workloads())
-		if written && sameCheckpoint(cp, last) {
+		records, gen := core.Records()
+		if written && gen == last {
 			return
 		}
-		if err := state.Save(dir, cp); err != nil {
+		if err := state.Save(dir, records); err != nil {
 			logger.Error(err, "Writing the checkpoint")
 			return
 		}
-		last, written = cp, true
+		last, written = gen, true
 	}
 	tick := time.NewTicker(checkpointInterval)
 	defer tick.Stop()

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
@@ -63,15 +64,18 @@ type Config struct {
 	// Empty disables.
 	HealthAddr  string
 	MetricsAddr string
-	// Policy selects pods and their options.
+	// Policy selects pods and names the annotations of their settings.
 	Policy policy.Config
+	// PodDefaults are the per-pod settings of a pod that gives none.
+	PodDefaults enroll.Settings
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
 // socket path, the runtime's NRI socket, nftables redirection.
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
-		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults()}
+		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults(),
+		PodDefaults: enroll.Settings{DNSCapture: true}}
 }
 
 // AddFlags registers every setting on fs.
@@ -91,8 +95,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
 	fs.Var(newListValue(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
 	fs.Var(newListValue(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
-	fs.BoolVar(&c.Policy.DNSCapture, "dns-capture", c.Policy.DNSCapture, "redirect pods' DNS to ztunnel by default (per pod: annotation ambient.istio.io/dns-capture)")
-	fs.BoolVar(&c.Policy.IPv6, "ipv6", c.Policy.IPv6, "program IPv6 redirection for pods with IPv6 addresses")
+	fs.BoolVar(&c.PodDefaults.DNSCapture, "dns-capture", c.PodDefaults.DNSCapture, "redirect pods' DNS to ztunnel by default (per pod: annotation ambient.istio.io/dns-capture)")
+	fs.BoolVar(&c.Redirect.IPv6, "ipv6", c.Redirect.IPv6, "program IPv6 redirection for pods with IPv6 addresses")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
 }
 

@@ -3,15 +3,9 @@ package agent
 import (
 	"flag"
 	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-
-	"k8s.io/klog/v2/ktesting"
-
-	"github.com/meshlet/meshlet/agent/state"
 )
 
 func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
@@ -40,7 +34,7 @@ func TestEnvFillsFlagsCommandLineWins(t *testing.T) {
 	if cfg.ZtunnelSocket != "/from/flag.sock" {
 		t.Errorf("ztunnel socket %q: the command line must win over the environment", cfg.ZtunnelSocket)
 	}
-	if cfg.NodeName != "node-a" || cfg.Policy.DNSCapture {
+	if cfg.NodeName != "node-a" || cfg.PodDefaults.DNSCapture {
 		t.Errorf("env not applied: %+v", cfg)
 	}
 	if !slices.Equal(cfg.Policy.ExcludedNamespaces, []string{"kube-system", "infra"}) ||
@@ -54,7 +48,7 @@ func TestDefaultsAreIstios(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !cfg.Policy.DNSCapture || !cfg.Policy.IPv6 || !slices.Equal(cfg.Policy.ExcludedNamespaces, []string{"kube-system"}) ||
+	if !cfg.PodDefaults.DNSCapture || !cfg.Redirect.IPv6 || !slices.Equal(cfg.Policy.ExcludedNamespaces, []string{"kube-system"}) ||
 		cfg.ZtunnelSocket != "/var/run/ztunnel/ztunnel.sock" {
 		t.Fatalf("defaults %+v", cfg)
 	}
@@ -104,19 +98,5 @@ func TestEnumFlagsRejectUnknownValues(t *testing.T) {
 		if err := fs.Parse([]string{arg}); err == nil {
 			t.Errorf("%s accepted", arg)
 		}
-	}
-}
-
-func TestCorruptCheckpointIsSetAside(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, state.FileName), []byte("{not json"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logger, _ := ktesting.NewTestContext(t)
-	if got := loadAdoptions(dir, logger); len(got) != 0 {
-		t.Fatalf("adoptions from a corrupt checkpoint: %v", got)
-	}
-	if _, err := os.Stat(filepath.Join(dir, state.FileName+".corrupt")); err != nil {
-		t.Fatalf("corrupt checkpoint not set aside: %v", err)
 	}
 }

@@ -84,20 +84,18 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The node side of redirection lives in a namespace of the test's own.
-	node, err := netns.Open(netnstest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer node.Close()
+	// It is the test's, and goes with it.
+	node := netnstest.Open(t)
 	rcfg := redirect.DefaultConfig()
-	rcfg.HostNetnsFd = int(node.Fd())
+	rcfg.HostNetnsFd = netnstest.Fd(t, node)
 	redir, err := redirect.New(rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer redir.Uninstall()
-	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Opener: netnsOpener{},
-		Redirector: redir, Proxy: server, Status: noStatus{}})
+	defer redir.Close()
+	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
+		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: noStatus{}},
+		enroll.Config{Defaults: DefaultConfig().PodDefaults})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +231,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.ZtunnelSocket = filepath.Join(dir, "run", "z.sock")
 	cfg.NRI.SocketPath = filepath.Join(dir, "no-runtime.sock")
-	cfg.Redirect.HostNetnsFd = int(node.Fd()) // never the real node's tables
+	cfg.Redirect.HostNetnsFd = netnstest.Fd(t, node) // never the real node's tables
 	cfg.HealthAddr, cfg.MetricsAddr = freePort(t), freePort(t)
 	errc := make(chan error, 1)
 	go func() { errc <- Run(ctx, cfg) }()
@@ -280,7 +278,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 
 func nftIn(t *testing.T, h *netns.Handle, args ...string) (string, error) {
 	var out []byte
-	err := h.Do(func() error {
+	err := netnstest.Run(h, func() error {
 		var err error
 		out, err = exec.Command("nft", args...).CombinedOutput()
 		return err

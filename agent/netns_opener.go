@@ -8,7 +8,10 @@ import (
 // netnsOpener adapts agent/netns to the core's NetnsOpener port.
 type netnsOpener struct{}
 
-var _ enroll.NetnsOpener = netnsOpener{}
+var (
+	_ enroll.NetnsOpener = netnsOpener{}
+	_ enroll.Netns       = (*netns.Handle)(nil)
+)
 
 func (netnsOpener) Open(path string) (enroll.Netns, error) {
 	h, err := netns.Open(path)

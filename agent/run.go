@@ -42,7 +42,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
 	defer redir.Close() // rules stay: see above
-	redir.Adopt(loadAdoptions(cfg.StateDir, logger))
 	var resolver enroll.PodInfoResolver = standaloneResolver{}
 	var status enroll.StatusReporter = logStatus{logger: logger}
 	var api *apiClients
@@ -53,8 +52,11 @@ func Run(ctx context.Context, cfg Config) error {
 		defer api.events.Shutdown()
 		resolver, status = api.watcher, api.status
 	}
-	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Opener: netnsOpener{},
-		Redirector: redir, Proxy: server, Status: status})
+	// Per-pod settings, highest precedence first: the pod's annotations,
+	// then (in the core) the node's defaults.
+	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Settings: []enroll.SettingsSource{pol},
+		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: status},
+		enroll.Config{Defaults: cfg.PodDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
 	if err != nil {
 		return err
 	}

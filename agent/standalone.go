@@ -14,5 +14,5 @@ type standaloneResolver struct{}
 var _ enroll.PodInfoResolver = standaloneResolver{}
 
 func (standaloneResolver) Resolve(context.Context, *enroll.Pod) (enroll.PodInfo, error) {
-	return enroll.PodInfo{ServiceAccount: "default"}, nil
+	return enroll.PodInfo{ServiceAccount: enroll.DefaultServiceAccount}, nil
 }

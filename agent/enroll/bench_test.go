@@ -15,9 +15,9 @@ func (nopResolver) Resolve(context.Context, *Pod) (PodInfo, error) {
 
 type nopNetns struct{ inode uint64 }
 
-func (n nopNetns) Fd() uintptr   { return 0 }
-func (n nopNetns) Inode() uint64 { return n.inode }
-func (n nopNetns) Close() error  { return nil }
+func (n nopNetns) Inode() uint64                      { return n.inode }
+func (n nopNetns) WithFd(fn func(fd int) error) error { return fn(0) }
+func (n nopNetns) Close() error                       { return nil }
 
 type inodeOpener struct{ inodes map[string]nopNetns }
 
@@ -25,11 +25,11 @@ func (o inodeOpener) Open(path string) (Netns, error) { return o.inodes[path], n
 
 type nopPorts struct{}
 
-func (nopPorts) Apply(context.Context, *Workload) error                 { return nil }
-func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error   { return nil }
-func (nopPorts) AddWorkload(context.Context, *Workload, Handover) error { return nil }
-func (nopPorts) DelWorkload(context.Context, string) error              { return nil }
-func (nopPorts) Report(PodRef, RedirectionStatus)                       {}
+func (nopPorts) Apply(context.Context, *Workload, *Record) (string, error) { return "", nil }
+func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error      { return nil }
+func (nopPorts) AddWorkload(context.Context, *Workload, Handover) error    { return nil }
+func (nopPorts) DelWorkload(context.Context, string) error                 { return nil }
+func (nopPorts) Report(PodRef, RedirectionStatus)                          {}
 
 // BenchmarkEnrollNoop: Enroll of an already-enrolled pod (the common case:
 // Synchronize after a restart, label watchers) with N pods enrolled. Cost
@@ -38,8 +38,8 @@ func BenchmarkEnrollNoop(b *testing.B) {
 	for _, n := range []int{10, 10_000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
 			opener := inodeOpener{inodes: map[string]nopNetns{}}
-			c, err := New(Ports{Resolver: nopResolver{}, Policy: labelPolicy{}, Opener: opener,
-				Redirector: nopPorts{}, Proxy: nopPorts{}, Status: nopPorts{}})
+			c, err := New(Ports{Resolver: nopResolver{}, Policy: labelPolicy{}, Settings: []SettingsSource{annotationSettings{}},
+				Opener: opener, Redirector: nopPorts{}, Proxy: nopPorts{}, Status: nopPorts{}}, Config{})
 			if err != nil {
 				b.Fatal(err)
 			}

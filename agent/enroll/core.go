@@ -11,10 +11,14 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Ports are everything the core drives. All fields are required.
+// Ports are everything the core drives. All fields but Settings are
+// required.
 type Ports struct {
-	Resolver   PodInfoResolver
-	Policy     Policy
+	Resolver PodInfoResolver
+	Policy   Policy
+	// Settings are the sources of per-pod settings, highest precedence
+	// first (see SettingsSource). None: every pod gets Config.Defaults.
+	Settings   []SettingsSource
 	Opener     NetnsOpener
 	Redirector Redirector
 	Proxy      ProxyLink
@@ -34,21 +38,60 @@ func (p Ports) validate() error {
 			missing = append(missing, port.name)
 		}
 	}
+	for i, src := range p.Settings {
+		if src == nil {
+			missing = append(missing, fmt.Sprintf("Settings[%d]", i))
+		}
+	}
 	if len(missing) > 0 {
 		return fmt.Errorf("enroll: missing ports %v", missing)
 	}
 	return nil
 }
 
+// Config is the core's own configuration.
+type Config struct {
+	// Defaults are the node's per-pod settings: what a pod gets where no
+	// settings source says otherwise.
+	Defaults Settings
+	// Checkpointed are the records of the pods a previous agent on this
+	// node had enrolled (its checkpoint). A pod that comes back with the
+	// same network namespace, addresses and settings is handed to the
+	// redirector with its record, to keep its rules instead of rewriting
+	// them. The first Reconcile drops the records of pods that are gone.
+	Checkpointed []Record
+}
+
 // Core is the enrollment state machine for one node.
 type Core struct {
-	ports Ports
+	ports    Ports
+	defaults Settings
 	// parallelism bounds Reconcile and Reevaluate fan-out.
 	parallelism int
 	now         func() time.Time
 
 	mu    sync.RWMutex
 	slots map[string]*slot
+	// checkpointed holds the records not yet matched to a pod; each is
+	// moved into its pod's slot when the slot is created. Guarded by mu.
+	checkpointed map[string]*Record
+
+	// view is what readers (metrics, the checkpoint writer, the runtime
+	// adapters' status checks) see, so that they never wait behind a pod's
+	// lock, which an enrollment holds for as long as the runtime's hook.
+	// A pod's entry is republished under its lock at every transition.
+	viewMu sync.Mutex
+	view   map[string]podView
+	// generation counts changes to the set of published records: the
+	// checkpoint writer rewrites the file only when it moved.
+	generation uint64
+}
+
+// podView is one pod as readers see it. record points into the pod's
+// enrollment, which is never modified after it is published.
+type podView struct {
+	status PodStatus
+	record *Record
 }
 
 // slot is one pod's state. mu serialises every operation on the pod.
@@ -56,20 +99,31 @@ type slot struct {
 	mu sync.Mutex
 	// gone is set when the slot was removed from the map; a caller that
 	// locked a stale slot retries with a fresh one.
-	gone     bool
-	pod      Pod
-	state    State
-	reason   string
-	since    time.Time
-	workload *Workload // non-nil exactly when state is StateEnrolled
+	gone   bool
+	pod    Pod
+	state  State
+	reason string
+	since  time.Time
+	// enrolled is non-nil exactly when state is StateEnrolled.
+	enrolled *Workload
+	// checkpointed is the previous agent's record of the pod, until the
+	// pod's first enrollment attempt uses or discards it.
+	checkpointed *Record
 }
 
 // New returns a core driving ports.
-func New(ports Ports) (*Core, error) {
+func New(ports Ports, cfg Config) (*Core, error) {
 	if err := ports.validate(); err != nil {
 		return nil, err
 	}
-	return &Core{ports: ports, parallelism: 8, now: time.Now, slots: make(map[string]*slot)}, nil
+	c := &Core{ports: ports, defaults: cfg.Defaults, parallelism: 8, now: time.Now,
+		slots: make(map[string]*slot), view: make(map[string]podView),
+		checkpointed: make(map[string]*Record, len(cfg.Checkpointed))}
+	for i := range cfg.Checkpointed {
+		r := &cfg.Checkpointed[i]
+		c.checkpointed[r.UID] = r
+	}
+	return c, nil
 }
 
 // Enroll brings a running pod to the state policy wants: enrolled (rules in
@@ -118,6 +172,9 @@ func (c *Core) Forget(ctx context.Context, uid string) error {
 	delete(c.slots, uid)
 	s.gone = true
 	c.mu.Unlock()
+	c.viewMu.Lock()
+	delete(c.view, uid)
+	c.viewMu.Unlock()
 	return err
 }
 
@@ -148,6 +205,11 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 		_, err := c.enroll(ctx, pods[i], HandoverDeferred)
 		return err
 	})...)
+	// Every running pod has been seen: a checkpointed record still
+	// unmatched belongs to a pod removed while no agent ran.
+	c.mu.Lock()
+	clear(c.checkpointed)
+	c.mu.Unlock()
 	return errors.Join(errs...)
 }
 
@@ -176,68 +238,72 @@ func (c *Core) Reevaluate(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Status returns the state of one pod.
+// Status returns the state of one pod. It never waits for an operation
+// on the pod: it reads the state last published.
 func (c *Core) Status(uid string) (PodStatus, bool) {
-	s := c.lockSlot(uid, false)
-	if s == nil {
-		return PodStatus{}, false
-	}
-	defer s.mu.Unlock()
-	return s.status(), true
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	v, ok := c.view[uid]
+	return v.status, ok
 }
 
-// Workloads returns a copy of every enrolled pod's workload. The Netns
-// handles stay owned by the core: read them (Inode), do not close them.
-func (c *Core) Workloads() []Workload {
-	var out []Workload
-	c.eachSlot(func(s *slot) {
-		if s.workload != nil {
-			out = append(out, *s.workload)
-		}
-	})
+// Pods returns the state of every pod the core knows, in no order, as
+// last published.
+func (c *Core) Pods() []PodStatus {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	out := make([]PodStatus, 0, len(c.view))
+	for _, v := range c.view {
+		out = append(out, v.status)
+	}
 	return out
+}
+
+// Records returns the record of every enrolled pod, in no order, and the
+// generation of that set: it is the same exactly when no record was
+// added, replaced or removed since. Records share their IPs slices with
+// the core: do not modify them.
+func (c *Core) Records() ([]Record, uint64) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	out := make([]Record, 0, len(c.view))
+	for _, v := range c.view {
+		if v.record != nil {
+			out = append(out, *v.record)
+		}
+	}
+	return out, c.generation
 }
 
 // EnrolledIPs returns the addresses of every enrolled pod.
 func (c *Core) EnrolledIPs() []netip.Addr {
+	records, _ := c.Records()
 	var ips []netip.Addr
-	for _, w := range c.Workloads() {
-		ips = append(ips, w.IPs...)
+	for _, r := range records {
+		ips = append(ips, r.IPs...)
 	}
 	return ips
 }
 
-// Pods returns the state of every pod the core knows, in no order.
-func (c *Core) Pods() []PodStatus {
-	var out []PodStatus
-	c.eachSlot(func(s *slot) { out = append(out, s.status()) })
-	return out
-}
-
-// eachSlot calls fn for every live slot, one at a time, with its lock held.
-// The map lock is held only to take the list, never while waiting for a
-// pod's lock.
-func (c *Core) eachSlot(fn func(*slot)) {
-	c.mu.RLock()
-	slots := make([]*slot, 0, len(c.slots))
-	for _, s := range c.slots {
-		slots = append(slots, s)
+// publish makes s's current state what readers see. s.mu is held.
+func (c *Core) publish(s *slot) {
+	v := podView{status: s.status()}
+	if s.enrolled != nil {
+		v.record = &s.enrolled.Record
 	}
-	c.mu.RUnlock()
-	for _, s := range slots {
-		s.mu.Lock()
-		if !s.gone {
-			fn(s)
-		}
-		s.mu.Unlock()
+	c.viewMu.Lock()
+	if c.view[s.pod.UID].record != v.record {
+		c.generation++
 	}
+	c.view[s.pod.UID] = v
+	c.viewMu.Unlock()
 }
 
 func (s *slot) status() PodStatus {
 	st := PodStatus{UID: s.pod.UID, Name: s.pod.Name, Namespace: s.pod.Namespace,
 		State: s.state, Reason: s.reason, Since: s.since}
-	if s.workload != nil {
-		st.NetnsInode = s.workload.Netns.Inode()
+	if s.enrolled != nil {
+		st.NetnsInode = s.enrolled.NetnsInode
 	}
 	return st
 }
@@ -255,7 +321,8 @@ func (c *Core) lockSlot(uid string, create bool) *slot {
 			}
 			c.mu.Lock()
 			if s = c.slots[uid]; s == nil {
-				s = &slot{pod: Pod{UID: uid}}
+				s = &slot{pod: Pod{UID: uid}, checkpointed: c.checkpointed[uid]}
+				delete(c.checkpointed, uid)
 				c.slots[uid] = s
 			}
 			c.mu.Unlock()
@@ -268,15 +335,21 @@ func (c *Core) lockSlot(uid string, create bool) *slot {
 	}
 }
 
-// setState records a transition; Since only moves when something changed.
+// setState records a transition and publishes the slot; Since only moves
+// when the state or reason changed.
 func (c *Core) setState(s *slot, st State, reason string) {
-	if s.state == st && s.reason == reason {
-		return
+	if s.state != st || s.reason != reason {
+		s.state, s.reason, s.since = st, reason, c.now()
 	}
-	s.state, s.reason, s.since = st, reason, c.now()
+	c.publish(s)
 }
 
 // converge makes the pod in s what policy wants. s.mu is held.
+//
+// The caller's deadline bounds the whole enrollment, not only the steps
+// that wait: it is checked before every step, so a runtime hook fails in
+// its own time, with the step it did not reach, and never runs into the
+// runtime's timeout (which would start the pod unmeshed).
 func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error) {
 	pod := &s.pod
 
@@ -285,34 +358,36 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		return c.fail(ctx, s, StepResolve, err)
 	}
 	d := c.ports.Policy.Decide(pod, info)
-	for _, w := range d.Warnings {
-		podLogger(ctx, pod).Info("Pod setting ignored", "warning", w)
-	}
 	if !d.Enroll {
-		changed := s.state != StateSkipped || s.workload != nil
+		changed := s.state != StateSkipped || s.enrolled != nil
 		var err error
-		if s.workload != nil {
+		if s.enrolled != nil {
 			podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
 			err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
 			c.ports.Status.Report(s.ref(), RedirectionRemoved)
 		} else if s.state == StateUnknown && h == HandoverDeferred {
 			c.clearLeftovers(ctx, pod)
 		}
+		s.checkpointed = nil
 		c.setState(s, StateSkipped, d.Reason)
 		return Result{Reason: d.Reason, Changed: changed}, err
 	}
+	settings := c.settings(ctx, pod, info)
 	if pod.NetnsPath == "" {
 		return c.fail(ctx, s, StepNetns, ErrNoNetns)
+	}
+	if err := outOfTime(ctx); err != nil {
+		return c.fail(ctx, s, StepNetns, err)
 	}
 	ns, err := c.ports.Opener.Open(pod.NetnsPath)
 	if err != nil {
 		return c.fail(ctx, s, StepNetns, err)
 	}
-	want := &Workload{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
-		ServiceAccount: info.ServiceAccount, IPs: pod.IPs, Options: d.Options, Netns: ns}
+	want := &Workload{Netns: ns, Record: Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
+		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}}
 
-	if old := s.workload; old != nil {
-		if old.sameAs(want) {
+	if old := s.enrolled; old != nil {
+		if old.sameEnrollment(&want.Record) {
 			_ = ns.Close()
 			return Result{Enrolled: true, Reason: d.Reason}, nil
 		}
@@ -320,22 +395,37 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		// only node-side state is removed. Same netns with new settings:
 		// take the old rules out before putting the new ones in.
 		scope := RemoveHostOnly
-		if old.Netns.Inode() == ns.Inode() {
+		if old.NetnsInode == want.NetnsInode {
 			scope = RemoveAll
 		}
-		podDebug(ctx, pod, "Pod changed, re-enrolling", "oldNetnsInode", old.Netns.Inode(), "netnsInode", ns.Inode())
+		podDebug(ctx, pod, "Pod changed, re-enrolling", "oldNetnsInode", old.NetnsInode, "netnsInode", want.NetnsInode)
 		if err := c.release(ctx, s, scope, StateReleased, "replaced"); err != nil {
 			podLogger(ctx, pod).Error(err, "Releasing the previous enrollment reported an error; continuing")
 		}
 	}
-
-	c.setState(s, StatePending, d.Reason)
-	if err := c.ports.Redirector.Apply(ctx, want); err != nil {
+	if err := outOfTime(ctx); err != nil {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepRedirect, err)
 	}
+
+	c.setState(s, StatePending, d.Reason)
+	var prior *Record
+	if s.checkpointed != nil && s.checkpointed.sameRules(&want.Record) {
+		prior = s.checkpointed
+	}
+	s.checkpointed = nil // one chance: after this the pod's rules are this agent's
+	redirection, err := c.ports.Redirector.Apply(ctx, want, prior)
+	if err != nil {
+		_ = ns.Close()
+		return c.fail(ctx, s, StepRedirect, err)
+	}
+	want.Redirection = redirection
 	c.ports.Status.Report(s.ref(), RedirectionPending)
-	if err := c.ports.Proxy.AddWorkload(ctx, want, h); err != nil {
+	err = outOfTime(ctx)
+	if err == nil {
+		err = c.ports.Proxy.AddWorkload(ctx, want, h)
+	}
+	if err != nil {
 		// The caller's deadline may be what failed the add; the rollback
 		// must run regardless.
 		if rerr := c.ports.Redirector.Remove(context.WithoutCancel(ctx), want, RemoveAll); rerr != nil {
@@ -345,11 +435,35 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		c.ports.Status.Report(s.ref(), RedirectionRemoved)
 		return c.fail(ctx, s, StepProxy, err)
 	}
-	s.workload = want
+	s.enrolled = want
 	c.setState(s, StateEnrolled, d.Reason)
 	c.ports.Status.Report(s.ref(), RedirectionEnabled)
-	podDebug(ctx, pod, "Pod enrolled", "reason", d.Reason, "netnsInode", ns.Inode())
+	podDebug(ctx, pod, "Pod enrolled", "reason", d.Reason, "netnsInode", want.NetnsInode, "adopted", prior != nil)
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
+}
+
+// settings resolves the pod's settings: each field from the first source
+// that sets it, else the node's default.
+func (c *Core) settings(ctx context.Context, pod *Pod, info PodInfo) Settings {
+	s := c.defaults
+	var taken SettingsOverride
+	for _, src := range c.ports.Settings {
+		o, warnings := src.PodSettings(pod, info)
+		for _, w := range warnings {
+			podLogger(ctx, pod).Info("Pod setting ignored", "warning", w)
+		}
+		o.over(&s, &taken)
+	}
+	return s
+}
+
+// outOfTime says why the caller's deadline leaves no room for the next
+// step, or nil while there is time.
+func outOfTime(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrOutOfTime, context.Cause(ctx))
 }
 
 // clearLeftovers removes redirection a previous agent may have left in a
@@ -367,7 +481,8 @@ func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
 		return
 	}
 	defer ns.Close()
-	w := &Workload{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace, IPs: pod.IPs, Netns: ns}
+	w := &Workload{Netns: ns, Record: Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
+		NetnsInode: ns.Inode(), IPs: pod.IPs}}
 	if err := c.ports.Redirector.Remove(ctx, w, RemoveAll); err != nil {
 		podLogger(ctx, pod).Error(err, "Removing leftover redirection from a pod outside the mesh")
 	}
@@ -377,17 +492,17 @@ func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
 // failed re-resolve must not unmesh a running pod).
 func (c *Core) fail(ctx context.Context, s *slot, step Step, err error) (Result, error) {
 	e := &Error{UID: s.pod.UID, Step: step, Err: err}
-	if s.workload == nil {
+	if s.enrolled == nil {
 		c.setState(s, StateFailed, fmt.Sprintf("%s: %v", step, err))
 	}
 	podDebug(ctx, &s.pod, "Enrollment step failed", "step", step, "err", err)
-	return Result{Enrolled: s.workload != nil}, e
+	return Result{Enrolled: s.enrolled != nil}, e
 }
 
 // release tears down the pod's enrollment, if any, and records final. Every
 // step runs even if an earlier one fails; errors are joined.
 func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final State, reason string) error {
-	w := s.workload
+	w := s.enrolled
 	if w == nil {
 		c.setState(s, final, reason)
 		return nil
@@ -406,7 +521,7 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 	if err := w.Netns.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close netns: %w", err))
 	}
-	s.workload = nil
+	s.enrolled = nil
 	c.setState(s, final, reason)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release pod %s: %w", w.UID, err)

@@ -399,7 +399,7 @@ func TestPodsListsEveryKnownPod(t *testing.T) {
 }
 
 func TestNewRequiresEveryPort(t *testing.T) {
-	_, err := New(Ports{Policy: labelPolicy{}})
+	_, err := New(Ports{Policy: labelPolicy{}}, Config{})
 	if err == nil || !strings.Contains(err.Error(), "Redirector") || !strings.Contains(err.Error(), "Proxy") {
 		t.Fatalf("New with missing ports: %v, want an error naming them", err)
 	}

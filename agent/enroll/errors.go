@@ -42,3 +42,7 @@ func FailedStep(err error) Step {
 // ErrNoNetns is the cause when a pod that must be enrolled has no network
 // namespace path.
 var ErrNoNetns = errors.New("pod has no network namespace path")
+
+// ErrOutOfTime is the cause when the caller's deadline passed before a step
+// could start: the step was not attempted.
+var ErrOutOfTime = errors.New("out of time before this step")

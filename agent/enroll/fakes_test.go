@@ -37,20 +37,45 @@ func (r *fakeResolver) setNamespace(ns string, labels map[string]string) {
 }
 
 // labelPolicy enrolls pods labelled mesh=on or in a namespace labelled
-// mesh=on; annotation dns=off turns DNS capture off.
+// mesh=on.
 type labelPolicy struct{}
 
 func (labelPolicy) Decide(pod *Pod, info PodInfo) Decision {
-	opts := Options{DNSCapture: pod.Annotations["dns"] != "off", IPv6: true}
 	switch {
 	case pod.HostNetwork:
 		return Decision{Reason: "host-network"}
 	case pod.Labels["mesh"] == "on":
-		return Decision{Enroll: true, Reason: "pod-label", Options: opts}
+		return Decision{Enroll: true, Reason: "pod-label"}
 	case info.NamespaceLabels["mesh"] == "on":
-		return Decision{Enroll: true, Reason: "namespace-label", Options: opts}
+		return Decision{Enroll: true, Reason: "namespace-label"}
 	}
 	return Decision{Reason: "not-selected"}
+}
+
+// annotationSettings reads annotation dns=on|off; anything else is left to
+// the next source, with a warning.
+type annotationSettings struct{}
+
+func (annotationSettings) PodSettings(pod *Pod, _ PodInfo) (SettingsOverride, []string) {
+	var on, off = true, false
+	switch v, ok := pod.Annotations["dns"]; {
+	case !ok:
+		return SettingsOverride{}, nil
+	case v == "on":
+		return SettingsOverride{DNSCapture: &on}, nil
+	case v == "off":
+		return SettingsOverride{DNSCapture: &off}, nil
+	default:
+		return SettingsOverride{}, []string{"dns=" + v + " is neither on nor off"}
+	}
+}
+
+// fixedSettings is a source that says the same for every pod (a claim's
+// parameters, say).
+type fixedSettings SettingsOverride
+
+func (f fixedSettings) PodSettings(*Pod, PodInfo) (SettingsOverride, []string) {
+	return SettingsOverride(f), nil
 }
 
 type fakeNetns struct {
@@ -59,8 +84,10 @@ type fakeNetns struct {
 	once   sync.Once
 }
 
-func (n *fakeNetns) Fd() uintptr   { return uintptr(n.inode) }
 func (n *fakeNetns) Inode() uint64 { return n.inode }
+
+func (n *fakeNetns) WithFd(fn func(int) error) error { return fn(int(n.inode)) }
+
 func (n *fakeNetns) Close() error {
 	closed := false
 	n.once.Do(func() { closed = true })
@@ -125,14 +152,14 @@ func (r *recorder) take() []string {
 type fakeRedirector struct {
 	rec       *recorder
 	mu        sync.Mutex
-	applied   map[string]Options // uid → options with rules in place
+	applied   map[string]Settings // uid → settings with rules in place
 	failApply error
 	inflight  map[string]int
 	maxPerPod int
 	hook      func(uid string) // called inside Apply, unlocked
 }
 
-func (f *fakeRedirector) Apply(_ context.Context, w *Workload) error {
+func (f *fakeRedirector) Apply(_ context.Context, w *Workload, prior *Record) (string, error) {
 	f.mu.Lock()
 	f.inflight[w.UID]++
 	f.maxPerPod = max(f.maxPerPod, f.inflight[w.UID])
@@ -144,19 +171,24 @@ func (f *fakeRedirector) Apply(_ context.Context, w *Workload) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inflight[w.UID]--
-	f.rec.add("apply %s inode=%d dns=%t", w.UID, w.Netns.Inode(), w.Options.DNSCapture)
-	if fail != nil {
-		return fail
+	redirection := fmt.Sprintf("fake dns=%t", w.Settings.DNSCapture)
+	if prior != nil && prior.Redirection == redirection {
+		f.rec.add("adopt %s inode=%d", w.UID, w.NetnsInode)
+	} else {
+		f.rec.add("apply %s inode=%d dns=%t", w.UID, w.NetnsInode, w.Settings.DNSCapture)
 	}
-	f.applied[w.UID] = w.Options
-	return nil
+	if fail != nil {
+		return "", fail
+	}
+	f.applied[w.UID] = w.Settings
+	return redirection, nil
 }
 
 func (f *fakeRedirector) Remove(_ context.Context, w *Workload, scope RemoveScope) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	name := map[RemoveScope]string{RemoveHostOnly: "host", RemoveAll: "all"}[scope]
-	f.rec.add("remove %s inode=%d scope=%s", w.UID, w.Netns.Inode(), name)
+	f.rec.add("remove %s inode=%d scope=%s", w.UID, w.NetnsInode, name)
 	if scope == RemoveAll {
 		delete(f.applied, w.UID)
 	}
@@ -182,7 +214,7 @@ type fakeProxy struct {
 func (f *fakeProxy) AddWorkload(_ context.Context, w *Workload, h Handover) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.rec.add("add %s inode=%d sa=%s", w.UID, w.Netns.Inode(), w.ServiceAccount)
+	f.rec.add("add %s inode=%d sa=%s", w.UID, w.NetnsInode, w.ServiceAccount)
 	if f.failAdd != nil {
 		return f.failAdd
 	}
@@ -238,18 +270,19 @@ type harness struct {
 	status   *fakeStatus
 }
 
-func newHarness(t interface{ Fatal(...any) }) *harness {
+func newHarness(t interface{ Fatal(...any) }, checkpointed ...Record) *harness {
 	rec := &recorder{}
 	h := &harness{
 		rec:      rec,
 		resolver: &fakeResolver{},
 		opener:   &fakeOpener{inodes: map[string]uint64{}},
-		redir:    &fakeRedirector{rec: rec, applied: map[string]Options{}, inflight: map[string]int{}},
+		redir:    &fakeRedirector{rec: rec, applied: map[string]Settings{}, inflight: map[string]int{}},
 		proxy:    &fakeProxy{rec: rec, added: map[string]*Workload{}},
 		status:   &fakeStatus{reports: map[string][]RedirectionStatus{}},
 	}
-	c, err := New(Ports{Resolver: h.resolver, Policy: labelPolicy{}, Opener: h.opener,
-		Redirector: h.redir, Proxy: h.proxy, Status: h.status})
+	c, err := New(Ports{Resolver: h.resolver, Policy: labelPolicy{}, Settings: []SettingsSource{annotationSettings{}},
+		Opener: h.opener, Redirector: h.redir, Proxy: h.proxy, Status: h.status},
+		Config{Defaults: Settings{DNSCapture: true}, Checkpointed: checkpointed})
 	if err != nil {
 		t.Fatal(err)
 	}

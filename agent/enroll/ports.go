@@ -12,16 +12,33 @@ type PodInfoResolver interface {
 	Resolve(ctx context.Context, pod *Pod) (PodInfo, error)
 }
 
-// Policy decides whether and how a pod is enrolled. It must be pure: the
-// same pod and info always give the same decision.
+// Policy decides whether a pod is enrolled. It must be pure: the same pod
+// and info always give the same decision.
 type Policy interface {
 	Decide(pod *Pod, info PodInfo) Decision
 }
 
+// SettingsSource is one origin of per-pod settings: the pod's annotations,
+// a DRA claim's parameters. Every source goes through this one port; the
+// core consults Ports.Settings in order, highest precedence first, and a
+// setting no source gives takes the node's default (Config.Defaults). The
+// composition root orders them: a claim's settings, then the pod's
+// annotations, then the node's defaults.
+type SettingsSource interface {
+	// PodSettings returns what this source says about the pod. Warnings
+	// name settings of the pod's own that the source could not use (an
+	// unparsable annotation); the core logs them. It must be pure and
+	// must not block: it runs inside the runtime's hook.
+	PodSettings(pod *Pod, info PodInfo) (SettingsOverride, []string)
+}
+
 // Netns is an open network namespace.
 type Netns interface {
-	Fd() uintptr
+	// Inode identifies the namespace.
 	Inode() uint64
+	// WithFd calls fn with the namespace's file descriptor, which stays
+	// open until fn returns; after Close it fails without calling fn.
+	WithFd(fn func(fd int) error) error
 	Close() error
 }
 
@@ -45,8 +62,13 @@ const (
 
 // Redirector programs traffic redirection for a pod.
 type Redirector interface {
-	// Apply installs the pod's redirection, all or nothing.
-	Apply(ctx context.Context, w *Workload) error
+	// Apply installs the pod's redirection, all or nothing, and returns its
+	// account of what it installed (kept as the record's Redirection).
+	// prior, when not nil, is the record a previous agent checkpointed for
+	// this pod with the same network namespace, addresses and settings:
+	// Apply may keep the rules already in the pod if prior's Redirection is
+	// what it would install now and the rules are still there.
+	Apply(ctx context.Context, w *Workload, prior *Record) (string, error)
 	// Remove undoes Apply within scope. It must tolerate state that is
 	// already gone.
 	Remove(ctx context.Context, w *Workload, scope RemoveScope) error

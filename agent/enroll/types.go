@@ -23,6 +23,10 @@ type Pod struct {
 	IPs       []netip.Addr
 }
 
+// DefaultServiceAccount is the service account reported for a pod whose
+// own is unknown (no API server, or not yet answered): Kubernetes' default.
+const DefaultServiceAccount = "default"
+
 // PodInfo is what the core learns about a pod from outside its sandbox:
 // the API server in a cluster, defaults in standalone mode.
 type PodInfo struct {
@@ -35,14 +39,45 @@ type PodInfo struct {
 	PodAnnotations map[string]string
 }
 
-// Options are the per-pod redirection settings that policy derives.
-type Options struct {
+// Metadata returns the pod's current labels and annotations: the API
+// server's where known, else the sandbox's.
+func (i *PodInfo) Metadata(pod *Pod) (labels, annotations map[string]string) {
+	labels, annotations = pod.Labels, pod.Annotations
+	if i.PodLabels != nil {
+		labels = i.PodLabels
+	}
+	if i.PodAnnotations != nil {
+		annotations = i.PodAnnotations
+	}
+	return labels, annotations
+}
+
+// Settings are a pod's own mesh settings: what its in-pod rules capture.
+// Node-wide settings (rule backend, IPv6) belong to the redirector.
+type Settings struct {
 	// DNSCapture redirects the pod's DNS queries to ztunnel's DNS proxy.
-	DNSCapture bool
+	DNSCapture bool `json:"dnsCapture"`
 	// BypassInbound leaves inbound traffic alone (Istio's "ingress mode").
-	BypassInbound bool
-	// IPv6 programs IPv6 rules too (when the pod has IPv6 addresses).
-	IPv6 bool
+	BypassInbound bool `json:"bypassInbound"`
+}
+
+// SettingsOverride is one source's say on a pod's settings. A nil field
+// leaves that setting to the next source in precedence order, and in the
+// end to the node's defaults.
+type SettingsOverride struct {
+	DNSCapture    *bool
+	BypassInbound *bool
+}
+
+// over applies o's fields that are set and that no source of higher
+// precedence set (taken records which ones that is).
+func (o SettingsOverride) over(s *Settings, taken *SettingsOverride) {
+	if o.DNSCapture != nil && taken.DNSCapture == nil {
+		s.DNSCapture, taken.DNSCapture = *o.DNSCapture, o.DNSCapture
+	}
+	if o.BypassInbound != nil && taken.BypassInbound == nil {
+		s.BypassInbound, taken.BypassInbound = *o.BypassInbound, o.BypassInbound
+	}
 }
 
 // Decision is policy's verdict for one pod.
@@ -50,32 +85,51 @@ type Decision struct {
 	Enroll bool
 	// Reason is short and stable ("pod-label", "host-network", ...): it
 	// appears in logs, status and metric labels.
-	Reason  string
-	Options Options
-	// Warnings are about the pod's own settings (an unparsable annotation,
-	// say) that policy worked around; the core logs them.
-	Warnings []string
+	Reason string
 }
 
-// Workload is an enrolled pod as the ports see it.
+// Record is one enrolled pod's facts, as the core enrolled it: who the pod
+// is, which network namespace, which addresses, which settings, and what
+// the redirector installed. It is the one description of an enrollment:
+// the ports receive it (inside a Workload), the checkpoint persists it
+// as is, and a restarted agent's redirector adopts running pods from it.
+// A Record is never modified once the core published it.
+type Record struct {
+	UID            string       `json:"uid"`
+	Name           string       `json:"name"`
+	Namespace      string       `json:"namespace"`
+	ServiceAccount string       `json:"serviceAccount"`
+	NetnsInode     uint64       `json:"netnsInode"`
+	IPs            []netip.Addr `json:"ips"`
+	Settings       Settings     `json:"settings"`
+	// Redirection is the redirector's own account of the rules it
+	// installed (backend, families, captures). The core does not read it;
+	// it is what lets a restarted agent keep rules that match what it
+	// would install now.
+	Redirection string `json:"redirection"`
+}
+
+// sameEnrollment reports whether enrolling o would change nothing for r:
+// same network namespace, identity, addresses and settings. Redirection is
+// the redirector's output, not an input, and is not compared.
+func (r *Record) sameEnrollment(o *Record) bool {
+	return r.sameRules(o) && r.Name == o.Name && r.Namespace == o.Namespace &&
+		r.ServiceAccount == o.ServiceAccount
+}
+
+// sameRules reports whether r and o need the same in-pod rules: same
+// network namespace, addresses and settings (identity does not matter to
+// the rules).
+func (r *Record) sameRules(o *Record) bool {
+	return r.UID == o.UID && r.NetnsInode == o.NetnsInode && r.Settings == o.Settings &&
+		slices.Equal(r.IPs, o.IPs)
+}
+
+// Workload is an enrolled pod as the ports see it: its record and its
+// network namespace, held open by the core for as long as it is enrolled.
 type Workload struct {
-	UID            string
-	Name           string
-	Namespace      string
-	ServiceAccount string
-	IPs            []netip.Addr
-	Options        Options
-	// Netns is held open by the core for as long as the pod is enrolled.
+	Record
 	Netns Netns
-}
-
-// sameAs reports whether w already is what enrolling with these settings
-// would produce (same namespace object, identity and options).
-func (w *Workload) sameAs(o *Workload) bool {
-	return w.Netns.Inode() == o.Netns.Inode() &&
-		w.Name == o.Name && w.Namespace == o.Namespace &&
-		w.ServiceAccount == o.ServiceAccount && w.Options == o.Options &&
-		slices.Equal(w.IPs, o.IPs)
 }
 
 // State is where a pod is in its enrollment lifecycle.

@@ -111,9 +111,9 @@ func startWatcher(t testing.TB, c kubernetes.Interface) (*kube.Watcher, context.
 // Stand-ins for the kernel-facing ports: the subject here is the API.
 type fakeNetns struct{ ino uint64 }
 
-func (n fakeNetns) Fd() uintptr   { return 0 }
-func (n fakeNetns) Inode() uint64 { return n.ino }
-func (n fakeNetns) Close() error  { return nil }
+func (n fakeNetns) Inode() uint64                      { return n.ino }
+func (n fakeNetns) WithFd(fn func(fd int) error) error { return fn(0) }
+func (n fakeNetns) Close() error                       { return nil }
 
 type fakePorts struct {
 	mu  sync.Mutex
@@ -123,7 +123,9 @@ type fakePorts struct {
 func (f *fakePorts) Open(path string) (enroll.Netns, error) {
 	return fakeNetns{ino: uint64(len(path))}, nil
 }
-func (f *fakePorts) Apply(context.Context, *enroll.Workload) error { return nil }
+func (f *fakePorts) Apply(context.Context, *enroll.Workload, *enroll.Record) (string, error) {
+	return "", nil
+}
 func (f *fakePorts) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error {
 	return nil
 }
@@ -154,7 +156,8 @@ func newCore(t testing.TB, resolver enroll.PodInfoResolver, status enroll.Status
 	pol, err := policy.New(policy.Defaults())
 	must(t, err)
 	f := &fakePorts{sas: map[string]string{}}
-	c, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Opener: f, Redirector: f, Proxy: f, Status: status})
+	c, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Settings: []enroll.SettingsSource{pol},
+		Opener: f, Redirector: f, Proxy: f, Status: status}, enroll.Config{})
 	must(t, err)
 	return c, f
 }

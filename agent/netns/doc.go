@@ -6,7 +6,8 @@
 // enrolled pod to a reconnecting ztunnel, and remove rules from a pod whose
 // path is already gone.
 //
-// Do never leaves the calling goroutine's OS thread in another namespace: it
-// switches on a dedicated, locked thread and, if switching back fails, lets
-// the Go runtime discard that thread instead of returning it to the pool.
+// RunIn never leaves the calling goroutine's OS thread in another namespace:
+// it switches on a dedicated, locked thread and, if switching back fails,
+// lets the Go runtime discard that thread instead of returning it to the
+// pool. A Handle lends its descriptor only for the duration of WithFd.
 package netns

@@ -13,7 +13,9 @@ var ErrNotNetns = errors.New("not a network namespace")
 var ErrClosed = errors.New("netns handle closed")
 
 // Handle is an open network namespace. The zero value is not usable; get one
-// from Open or FromFd. A Handle is safe for concurrent use.
+// from Open. A Handle is safe for concurrent use. Its file descriptor never
+// leaves it except for the duration of WithFd, so a concurrent Close can
+// never leave a caller with a closed (or reused) descriptor number.
 type Handle struct {
 	path  string
 	inode uint64
@@ -31,11 +33,17 @@ func (h *Handle) Path() string { return h.path }
 // exactly when their inodes are equal (nsfs has a single device).
 func (h *Handle) Inode() uint64 { return h.inode }
 
-// Fd returns the open descriptor. It stays valid until Close.
-func (h *Handle) Fd() uintptr {
+// WithFd calls fn with the namespace's descriptor, which stays open until
+// fn returns (Close waits for it). On a closed handle it returns ErrClosed
+// without calling fn. fn must not keep the descriptor: dup it to hold the
+// namespace longer.
+func (h *Handle) WithFd(fn func(fd int) error) error {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	return uintptr(h.fd)
+	if h.closed {
+		return ErrClosed
+	}
+	return fn(h.fd)
 }
 
 // String describes the handle for logs.

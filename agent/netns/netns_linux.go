@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -13,24 +14,11 @@ import (
 func Open(path string) (*Handle, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("open netns %s: %w", path, &os.PathError{Op: "open", Path: path, Err: err})
+		return nil, fmt.Errorf("open netns: %w", &os.PathError{Op: "open", Path: path, Err: err})
 	}
-	h, err := fromFd(fd, path)
-	if err != nil {
-		_ = unix.Close(fd)
-		return nil, err
-	}
-	return h, nil
-}
-
-// FromFd takes ownership of fd, which must refer to a network namespace.
-func FromFd(fd int, path string) (*Handle, error) {
-	return fromFd(fd, path)
-}
-
-func fromFd(fd int, path string) (*Handle, error) {
 	inode, err := Identify(fd)
 	if err != nil {
+		_ = unix.Close(fd)
 		return nil, fmt.Errorf("netns %s: %w", path, err)
 	}
 	return &Handle{path: path, inode: inode, fd: fd}, nil
@@ -74,48 +62,21 @@ func (h *Handle) Close() error {
 	return unix.Close(fd)
 }
 
-// Dup returns a new Handle for the same namespace with its own fd, so the
-// caller can hold the namespace independently of h.
-func (h *Handle) Dup() (*Handle, error) {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return nil, ErrClosed
-	}
-	fd, err := unix.FcntlInt(uintptr(h.fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dup netns fd: %w", err)
-	}
-	return &Handle{path: h.path, inode: h.inode, fd: fd}, nil
-}
-
-// Do runs fn with the current OS thread switched into the namespace.
-//
-// fn runs on a fresh goroutine locked to its thread, so the caller's thread
-// never changes namespace. fn must not start goroutines that expect to be in
-// the namespace: they run on other threads. If the thread cannot be switched
-// back, it is left locked so the runtime destroys it when the goroutine ends.
-func (h *Handle) Do(fn func() error) error {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	if h.closed {
-		return ErrClosed
-	}
-	return RunIn(uintptr(h.fd), fn)
-}
-
-// RunIn runs fn on a fresh locked thread switched into the network
-// namespace fd refers to; see Handle.Do. A child process started by fn
-// (exec) inherits the namespace.
-func RunIn(fd uintptr, fn func() error) error {
+// RunIn runs fn on a fresh goroutine locked to its OS thread, with that
+// thread switched into the network namespace fd refers to, so the caller's
+// thread never changes namespace. A child process started by fn (exec)
+// inherits the namespace; goroutines fn starts do not (they run on other
+// threads). Afterwards the thread is switched back to where it was,
+// whatever fn did to it (it may even unshare a new namespace); if that
+// fails, the thread stays locked and the Go runtime discards it when the
+// goroutine ends, so no other goroutine ever runs in the wrong namespace.
+func RunIn(fd int, fn func() error) error {
 	errc := make(chan error, 1)
-	go func() {
-		errc <- doLocked(int(fd), fn)
-	}()
+	go func() { errc <- runLocked(fd, fn) }()
 	return <-errc
 }
 
-func doLocked(target int, fn func() error) error {
+func runLocked(target int, fn func() error) error {
 	runtime.LockOSThread()
 	origin, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -130,8 +91,8 @@ func doLocked(target int, fn func() error) error {
 	fnErr := fn()
 	if err := unix.Setns(origin, unix.CLONE_NEWNET); err != nil {
 		// Keep the thread locked: the runtime discards it when this
-		// goroutine exits, so no other goroutine runs in the wrong netns.
-		return fmt.Errorf("setns back to origin netns (thread discarded): %w", err)
+		// goroutine exits.
+		return errors.Join(fnErr, fmt.Errorf("setns back to origin netns (thread discarded): %w", err))
 	}
 	runtime.UnlockOSThread()
 	return fnErr

@@ -2,11 +2,13 @@ package netns_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -70,7 +72,7 @@ func TestHandleOutlivesMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	var inside uint64
-	if err := h.Do(func() error {
+	if err := netnstest.Run(h, func() error {
 		var st unix.Stat_t
 		if err := unix.Stat("/proc/thread-self/ns/net", &st); err != nil {
 			return err
@@ -78,14 +80,17 @@ func TestHandleOutlivesMount(t *testing.T) {
 		inside = st.Ino
 		return nil
 	}); err != nil {
-		t.Fatalf("Do after unmount: %v", err)
+		t.Fatalf("RunIn after unmount: %v", err)
 	}
 	if inside != h.Inode() {
-		t.Fatalf("Do ran in netns %d, want %d", inside, h.Inode())
+		t.Fatalf("RunIn ran in netns %d, want %d", inside, h.Inode())
 	}
 }
 
-func TestDoNeverLeaksNamespace(t *testing.T) {
+// TestRunInNeverLeaksNamespace: neither the caller's thread nor any thread
+// handed back to the scheduler stays in the target namespace, even when fn
+// moves its thread into yet another one (unshare).
+func TestRunInNeverLeaksNamespace(t *testing.T) {
 	h := netnstest.Open(t)
 	origin := selfInode(t)
 	fnErr := errors.New("from fn")
@@ -101,8 +106,11 @@ func TestDoNeverLeaksNamespace(t *testing.T) {
 				t.Errorf("goroutine thread in netns %d (err %v), want origin %d", st.Ino, err, origin)
 			}
 		}()
-		if err := h.Do(func() error { return fnErr }); !errors.Is(err, fnErr) {
-			t.Fatalf("Do returned %v, want fn's error", err)
+		if err := netnstest.Run(h, func() error { return fnErr }); !errors.Is(err, fnErr) {
+			t.Fatalf("RunIn returned %v, want fn's error", err)
+		}
+		if err := netnstest.Run(h, func() error { return unix.Unshare(unix.CLONE_NEWNET) }); err != nil {
+			t.Fatalf("RunIn with an unsharing fn: %v", err)
 		}
 	}
 	wg.Wait()
@@ -111,26 +119,43 @@ func TestDoNeverLeaksNamespace(t *testing.T) {
 	}
 }
 
-func TestDupAndClose(t *testing.T) {
+// TestWithFdAndClose: WithFd lends a live netns descriptor; Close waits
+// for a WithFd in progress, then WithFd refuses without calling fn.
+func TestWithFdAndClose(t *testing.T) {
 	h := netnstest.Open(t)
-	d, err := h.Dup()
-	if err != nil {
-		t.Fatal(err)
+	inside, release := make(chan struct{}), make(chan struct{})
+	lent := make(chan error, 1)
+	go func() {
+		lent <- h.WithFd(func(fd int) error {
+			close(inside)
+			<-release
+			ino, err := netns.Identify(fd)
+			if err == nil && ino != h.Inode() {
+				err = fmt.Errorf("lent fd is netns %d, want %d", ino, h.Inode())
+			}
+			return err
+		})
+	}()
+	<-inside
+	closed := make(chan error, 1)
+	go func() { closed <- h.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while the descriptor was lent", err)
+	case <-time.After(100 * time.Millisecond):
 	}
-	if d.Fd() == h.Fd() || d.Inode() != h.Inode() {
-		t.Fatalf("Dup: fd %d inode %d, original fd %d inode %d", d.Fd(), d.Inode(), h.Fd(), h.Inode())
+	close(release)
+	if err := <-lent; err != nil {
+		t.Fatalf("WithFd: %v", err)
 	}
-	if err := h.Close(); err != nil {
-		t.Fatal(err)
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 	if err := h.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if err := h.Do(func() error { return nil }); !errors.Is(err, netns.ErrClosed) {
-		t.Fatalf("Do on closed handle = %v, want ErrClosed", err)
+	called := false
+	if err := h.WithFd(func(int) error { called = true; return nil }); !errors.Is(err, netns.ErrClosed) || called {
+		t.Fatalf("WithFd on closed handle = %v (fn called: %t), want ErrClosed without fn", err, called)
 	}
-	if _, err := netns.Identify(int(d.Fd())); err != nil {
-		t.Fatalf("dup'ed fd no longer a netns after closing the original: %v", err)
-	}
-	_ = d.Close()
 }

@@ -1,6 +1,6 @@
-// Package policy decides which pods join the mesh and with which options,
-// exactly as Istio's ambient node agent does, so users see the same
-// behaviour whichever agent runs on the node.
+// Package policy decides which pods join the mesh, and reads the per-pod
+// settings of their annotations, exactly as Istio's ambient node agent
+// does, so users see the same behaviour whichever agent runs on the node.
 package policy
 
 import (
@@ -52,9 +52,6 @@ type Config struct {
 	// ZtunnelNamespace and ZtunnelLabels identify ztunnel's own pods.
 	ZtunnelNamespace string
 	ZtunnelLabels    map[string]string
-	// DNSCapture and IPv6 are node-wide defaults (Istio's: both on).
-	DNSCapture bool
-	IPv6       bool
 }
 
 // Defaults returns Istio's defaults.
@@ -67,8 +64,6 @@ func Defaults() Config {
 		ExcludedNamespaces:      []string{"kube-system"},
 		ZtunnelNamespace:        ZtunnelNamespace,
 		ZtunnelLabels:           map[string]string{ZtunnelAppLabel: ZtunnelAppValue},
-		DNSCapture:              true,
-		IPv6:                    true,
 	}
 }
 
@@ -88,12 +83,16 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Policy implements enroll.Policy.
+// Policy implements enroll.Policy, and enroll.SettingsSource for the
+// settings pods give in their annotations.
 type Policy struct {
 	cfg Config
 }
 
-var _ enroll.Policy = (*Policy)(nil)
+var (
+	_ enroll.Policy         = (*Policy)(nil)
+	_ enroll.SettingsSource = (*Policy)(nil)
+)
 
 // New returns a policy for cfg.
 func New(cfg Config) (*Policy, error) {
@@ -112,13 +111,7 @@ func New(cfg Config) (*Policy, error) {
 // known (info), else the sandbox's.
 func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	c := &p.cfg
-	labels, annotations := pod.Labels, pod.Annotations
-	if info.PodLabels != nil {
-		labels = info.PodLabels
-	}
-	if info.PodAnnotations != nil {
-		annotations = info.PodAnnotations
-	}
+	labels, annotations := info.Metadata(pod)
 	switch {
 	case pod.HostNetwork:
 		return skip(ReasonHostNetwork)
@@ -131,38 +124,45 @@ func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	case hasKey(annotations, c.SidecarStatusAnnotation):
 		return skip(ReasonSidecarInjected)
 	}
-	var reason string
 	switch podMode := labels[c.DataplaneModeLabel]; {
 	case podMode == DataplaneModeNone:
 		return skip(ReasonPodOptOut)
 	case podMode == DataplaneModeAmbient:
-		reason = ReasonPodLabel
+		return enroll.Decision{Enroll: true, Reason: ReasonPodLabel}
 	case info.NamespaceLabels[c.DataplaneModeLabel] == DataplaneModeAmbient:
-		reason = ReasonNamespaceLabel
+		return enroll.Decision{Enroll: true, Reason: ReasonNamespaceLabel}
 	default:
 		return skip(ReasonNotSelected)
 	}
-	d := enroll.Decision{Enroll: true, Reason: reason,
-		Options: enroll.Options{DNSCapture: c.DNSCapture, IPv6: c.IPv6}}
-	d.Options.BypassInbound = boolAnnotation(annotations, c.BypassInboundAnnotation, false, &d)
-	d.Options.DNSCapture = boolAnnotation(annotations, c.DNSCaptureAnnotation, c.DNSCapture, &d)
-	return d
 }
 
-// boolAnnotation reads a boolean pod annotation the way Istio does
-// (strconv.ParseBool); an unparsable value keeps the default and is
-// reported as a warning naming the annotation.
-func boolAnnotation(annotations map[string]string, key string, def bool, d *enroll.Decision) bool {
+// PodSettings reads the pod's settings annotations (the API server's
+// current ones where known): DNS capture and inbound bypass, as booleans
+// the way Istio parses them (strconv.ParseBool). An absent annotation
+// leaves the setting to the node's default; an unparsable one too, with a
+// warning naming it.
+func (p *Policy) PodSettings(pod *enroll.Pod, info enroll.PodInfo) (enroll.SettingsOverride, []string) {
+	_, annotations := info.Metadata(pod)
+	var o enroll.SettingsOverride
+	var warnings []string
+	o.DNSCapture = boolAnnotation(annotations, p.cfg.DNSCaptureAnnotation, &warnings)
+	o.BypassInbound = boolAnnotation(annotations, p.cfg.BypassInboundAnnotation, &warnings)
+	return o, warnings
+}
+
+// boolAnnotation reads a boolean pod annotation; nil when it is absent or
+// unparsable (then with a warning).
+func boolAnnotation(annotations map[string]string, key string, warnings *[]string) *bool {
 	v, ok := annotations[key]
 	if !ok {
-		return def
+		return nil
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		d.Warnings = append(d.Warnings, fmt.Sprintf("annotation %s=%q is not a boolean; using %t", key, v, def))
-		return def
+		*warnings = append(*warnings, fmt.Sprintf("annotation %s=%q is not a boolean; using the node's default", key, v))
+		return nil
 	}
-	return b
+	return &b
 }
 
 func (p *Policy) isZtunnel(namespace string, labels map[string]string) bool {

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -87,31 +88,32 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestOptions(t *testing.T) {
-	withAnn := func(a map[string]string) enroll.Pod {
-		return enroll.Pod{Namespace: "app", Labels: map[string]string{DataplaneModeLabel: "ambient"}, Annotations: a}
-	}
+func TestAnnotationSettings(t *testing.T) {
+	on, off := true, false
 	cases := []struct {
 		name        string
 		cfg         func(*Config)
 		ann         map[string]string
-		want        enroll.Options
+		want        enroll.SettingsOverride
 		wantWarning string
 	}{
-		{"istio defaults", nil, nil, enroll.Options{DNSCapture: true, IPv6: true}, ""},
-		{"dns capture off by annotation", nil, map[string]string{DNSCaptureAnnotation: "false"}, enroll.Options{IPv6: true}, ""},
-		{"dns capture on by annotation when node default off", func(c *Config) { c.DNSCapture = false },
-			map[string]string{DNSCaptureAnnotation: "true"}, enroll.Options{DNSCapture: true, IPv6: true}, ""},
-		{"node default dns off", func(c *Config) { c.DNSCapture = false }, nil, enroll.Options{IPv6: true}, ""},
-		{"ipv6 off node-wide", func(c *Config) { c.IPv6 = false }, nil, enroll.Options{DNSCapture: true}, ""},
-		{"bypass inbound", nil, map[string]string{BypassInboundAnnotation: "true"}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}, ""},
-		{"bypass inbound ParseBool forms", nil, map[string]string{BypassInboundAnnotation: "1"}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}, ""},
-		{"bad bypass value keeps default and warns", nil, map[string]string{BypassInboundAnnotation: "yes"},
-			enroll.Options{DNSCapture: true, IPv6: true}, BypassInboundAnnotation},
-		{"bad dns value keeps default and warns", nil, map[string]string{DNSCaptureAnnotation: "off"},
-			enroll.Options{DNSCapture: true, IPv6: true}, DNSCaptureAnnotation},
+		{"no annotations: node defaults", nil, nil, enroll.SettingsOverride{}, ""},
+		{"dns capture off", nil, map[string]string{DNSCaptureAnnotation: "false"}, enroll.SettingsOverride{DNSCapture: &off}, ""},
+		{"dns capture on", nil, map[string]string{DNSCaptureAnnotation: "true"}, enroll.SettingsOverride{DNSCapture: &on}, ""},
+		{"bypass inbound", nil, map[string]string{BypassInboundAnnotation: "true"}, enroll.SettingsOverride{BypassInbound: &on}, ""},
+		{"bypass inbound ParseBool forms", nil, map[string]string{BypassInboundAnnotation: "1"}, enroll.SettingsOverride{BypassInbound: &on}, ""},
+		{"bad bypass value is left to the default, with a warning", nil, map[string]string{BypassInboundAnnotation: "yes"},
+			enroll.SettingsOverride{}, BypassInboundAnnotation},
+		{"bad dns value is left to the default, with a warning", nil, map[string]string{DNSCaptureAnnotation: "off"},
+			enroll.SettingsOverride{}, DNSCaptureAnnotation},
 		{"custom annotation keys", func(c *Config) { c.DNSCaptureAnnotation = "example.com/dns" },
-			map[string]string{"example.com/dns": "false", DNSCaptureAnnotation: "true"}, enroll.Options{IPv6: true}, ""},
+			map[string]string{"example.com/dns": "false", DNSCaptureAnnotation: "true"}, enroll.SettingsOverride{DNSCapture: &off}, ""},
+	}
+	str := func(b *bool) string {
+		if b == nil {
+			return "unset"
+		}
+		return strconv.FormatBool(*b)
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -123,19 +125,17 @@ func TestOptions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			pod := withAnn(c.ann)
-			d := p.Decide(&pod, enroll.PodInfo{})
-			if !d.Enroll {
-				t.Fatalf("not enrolled: %s", d.Reason)
-			}
-			if d.Options != c.want {
-				t.Fatalf("Options = %+v, want %+v", d.Options, c.want)
+			pod := enroll.Pod{Namespace: "app", Labels: map[string]string{DataplaneModeLabel: "ambient"}, Annotations: c.ann}
+			got, warnings := p.PodSettings(&pod, enroll.PodInfo{})
+			if str(got.DNSCapture) != str(c.want.DNSCapture) || str(got.BypassInbound) != str(c.want.BypassInbound) {
+				t.Fatalf("dns %s bypass %s, want dns %s bypass %s", str(got.DNSCapture), str(got.BypassInbound),
+					str(c.want.DNSCapture), str(c.want.BypassInbound))
 			}
 			switch {
-			case c.wantWarning == "" && len(d.Warnings) > 0:
-				t.Fatalf("unexpected warnings %q", d.Warnings)
-			case c.wantWarning != "" && (len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], c.wantWarning)):
-				t.Fatalf("warnings %q, want one naming %s", d.Warnings, c.wantWarning)
+			case c.wantWarning == "" && len(warnings) > 0:
+				t.Fatalf("unexpected warnings %q", warnings)
+			case c.wantWarning != "" && (len(warnings) != 1 || !strings.Contains(warnings[0], c.wantWarning)):
+				t.Fatalf("warnings %q, want one naming %s", warnings, c.wantWarning)
 			}
 		})
 	}
@@ -202,9 +202,9 @@ func TestAPIMetadataWins(t *testing.T) {
 	if d := p.Decide(&sandbox, enroll.PodInfo{PodLabels: map[string]string{}}); d.Enroll {
 		t.Fatalf("label removed in the API ignored: %s", d.Reason)
 	}
-	d := p.Decide(&sandbox, enroll.PodInfo{PodAnnotations: map[string]string{DNSCaptureAnnotation: "false"}})
-	if !d.Enroll || d.Options.DNSCapture {
-		t.Fatalf("API annotation ignored: %+v", d)
+	info := enroll.PodInfo{PodAnnotations: map[string]string{DNSCaptureAnnotation: "false"}}
+	if o, _ := p.PodSettings(&sandbox, info); o.DNSCapture == nil || *o.DNSCapture {
+		t.Fatalf("API annotation ignored: %+v", o)
 	}
 	if d := p.Decide(&sandbox, enroll.PodInfo{}); !d.Enroll {
 		t.Fatalf("sandbox labels not used when the API's are unknown: %s", d.Reason)

@@ -22,8 +22,7 @@ import (
 // common case. Each reports p50/p99 besides the mean.
 
 func benchWorkload(b *testing.B) *enroll.Workload {
-	return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4, podV6},
-		Options: enroll.Options{DNSCapture: true, IPv6: true}, Netns: podNetns(b)}
+	return podWorkload(podNetns(b), []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true})
 }
 
 // freshPod makes a new pod netns with lo up, outside the timer: Apply's
@@ -35,7 +34,7 @@ func freshPod(b *testing.B, dir string, i int) (*netns.Handle, func()) {
 	must(b, netnstest.Create(path))
 	h, err := netns.Open(path)
 	must(b, err)
-	nh, err := netlink.NewHandleAt(vnetns.NsHandle(h.Fd()), unix.NETLINK_ROUTE)
+	nh, err := netlink.NewHandleAt(vnetns.NsHandle(netnstest.Fd(b, h)), unix.NETLINK_ROUTE)
 	must(b, err)
 	lo, err := nh.LinkByName("lo")
 	must(b, err)
@@ -54,16 +53,14 @@ func freshPod(b *testing.B, dir string, i int) (*netns.Handle, func()) {
 func benchApply(b *testing.B, be Backend) {
 	r := newBareRedirector(b, be)
 	dir := b.TempDir()
-	ctx := context.Background()
 	var lat []time.Duration
 	i := 0
 	for b.Loop() {
 		pod, done := freshPod(b, dir, i)
 		i++
-		w := &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4, podV6},
-			Options: enroll.Options{DNSCapture: true, IPv6: true}, Netns: pod}
+		w := podWorkload(pod, []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true})
 		start := time.Now()
-		if err := r.Apply(ctx, w); err != nil {
+		if err := apply(r, w); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
@@ -77,11 +74,10 @@ func benchApply(b *testing.B, be Backend) {
 func benchReapply(b *testing.B, be Backend) {
 	r := newBareRedirector(b, be)
 	w := benchWorkload(b)
-	ctx := context.Background()
 	var lat []time.Duration
 	for b.Loop() {
 		start := time.Now()
-		if err := r.Apply(ctx, w); err != nil {
+		if err := apply(r, w); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
@@ -98,7 +94,7 @@ func benchRemove(b *testing.B, be Backend) {
 	var lat []time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		if err := r.Apply(ctx, w); err != nil {
+		if err := apply(r, w); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

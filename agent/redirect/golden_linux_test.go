@@ -22,18 +22,19 @@ import (
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 type ruleCase struct {
-	name string
-	ips  []netip.Addr
-	opts enroll.Options
+	name     string
+	ips      []netip.Addr
+	settings enroll.Settings
+	opts     []func(*Config)
 }
 
 var ruleCases = []ruleCase{
-	{"ipv4", []netip.Addr{podV4}, enroll.Options{DNSCapture: true, IPv6: true}},
-	{"ipv6", []netip.Addr{podV6}, enroll.Options{DNSCapture: true, IPv6: true}},
-	{"dual", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true, IPv6: true}},
-	{"dual_ipv6_disabled", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true}},
-	{"dns_off", []netip.Addr{podV4, podV6}, enroll.Options{IPv6: true}},
-	{"bypass_inbound", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}},
+	{"ipv4", []netip.Addr{podV4}, enroll.Settings{DNSCapture: true}, nil},
+	{"ipv6", []netip.Addr{podV6}, enroll.Settings{DNSCapture: true}, nil},
+	{"dual", []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true}, nil},
+	{"dual_ipv6_disabled", []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true}, []func(*Config){withoutIPv6}},
+	{"dns_off", []netip.Addr{podV4, podV6}, enroll.Settings{}, nil},
+	{"bypass_inbound", []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true, BypassInbound: true}, nil},
 }
 
 // podNetns is a bare pod netns with lo up (as the CNI loopback plugin
@@ -47,10 +48,10 @@ func podNetns(t testing.TB) *netns.Handle {
 	return h
 }
 
-func newBareRedirector(t testing.TB, b Backend) *Redirector {
+func newBareRedirector(t testing.TB, b Backend, opts ...func(*Config)) *Redirector {
 	t.Helper()
 	topo := &topology{host: netnstest.Open(t)}
-	return topo.newRedirector(t, b)
+	return topo.newRedirector(t, b, opts...)
 }
 
 var counters = regexp.MustCompile(`\[\d+:\d+\]`)
@@ -94,7 +95,7 @@ func normalizeSave(save string) string {
 
 func nftTable(t testing.TB, h *netns.Handle) string {
 	var out string
-	err := h.Do(func() error {
+	err := netnstest.Run(h, func() error {
 		b, err := execOutput("nft", "list", "table", "inet", TableName)
 		out = b
 		return err
@@ -160,15 +161,15 @@ func TestGolden(t *testing.T) {
 	for _, b := range backends {
 		for _, c := range ruleCases {
 			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
-				r := newBareRedirector(t, b)
+				r := newBareRedirector(t, b, c.opts...)
 				pod := podNetns(t)
-				w := &enroll.Workload{UID: "u", IPs: c.ips, Options: c.opts, Netns: pod}
-				must(t, r.Apply(context.Background(), w))
+				w := podWorkload(pod, c.ips, c.settings)
+				must(t, apply(r, w))
 				got := rulesDump(t, pod, b) + routingDump(t, pod)
 				// Both iptables variants must produce the same rules.
 				checkGolden(t, strings.TrimSuffix(string(b), "-legacy")+"_"+c.name, got)
 				// Apply again: the same state, nothing duplicated.
-				must(t, r.Apply(context.Background(), w))
+				must(t, apply(r, w))
 				if again := rulesDump(t, pod, b) + routingDump(t, pod); again != got {
 					t.Fatalf("second Apply changed the netns:\n%s\n--- first\n%s", again, got)
 				}
@@ -189,12 +190,12 @@ func TestRemoveRestoresNetns(t *testing.T) {
 	for _, b := range backends {
 		for _, c := range ruleCases {
 			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
-				r := newBareRedirector(t, b)
+				r := newBareRedirector(t, b, c.opts...)
 				pod := podNetns(t)
 				foreignState(t, pod)
 				before := fullDump(t, pod)
-				w := &enroll.Workload{UID: "u", IPs: c.ips, Options: c.opts, Netns: pod}
-				must(t, r.Apply(context.Background(), w))
+				w := podWorkload(pod, c.ips, c.settings)
+				must(t, apply(r, w))
 				if fullDump(t, pod) == before {
 					t.Fatal("Apply changed nothing")
 				}
@@ -211,14 +212,14 @@ func TestRemoveRestoresNetns(t *testing.T) {
 
 func TestApplyReplacesStaleState(t *testing.T) {
 	w := func(pod *netns.Handle) *enroll.Workload {
-		return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4, podV6}, Options: enroll.Options{DNSCapture: true, IPv6: true}, Netns: pod}
+		return podWorkload(pod, []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true})
 	}
 	t.Run("nftables", func(t *testing.T) {
 		r := newBareRedirector(t, BackendNftables)
 		pod := podNetns(t)
 		// A crashed older agent left a partial table behind.
 		inNetns(t, pod, "nft", "add table inet meshlet; add chain inet meshlet stale { type filter hook input priority 0; }; add rule inet meshlet stale tcp dport 1 drop")
-		must(t, r.Apply(context.Background(), w(pod)))
+		must(t, apply(r, w(pod)))
 		checkGolden(t, "nftables_dual", rulesDump(t, pod, BackendNftables)+routingDump(t, pod))
 	})
 	t.Run("iptables", func(t *testing.T) {
@@ -227,7 +228,7 @@ func TestApplyReplacesStaleState(t *testing.T) {
 		inNetns(t, pod, "iptables-nft", "-t", "nat", "-N", "ISTIO_OUTPUT")
 		inNetns(t, pod, "iptables-nft", "-t", "nat", "-A", "ISTIO_OUTPUT", "-p", "tcp", "-j", "REDIRECT", "--to-ports", "1")
 		inNetns(t, pod, "iptables-nft", "-t", "nat", "-A", "OUTPUT", "-j", "ISTIO_OUTPUT")
-		must(t, r.Apply(context.Background(), w(pod)))
+		must(t, apply(r, w(pod)))
 		checkGolden(t, "iptables_dual", rulesDump(t, pod, BackendIptables)+routingDump(t, pod))
 	})
 }
@@ -245,8 +246,8 @@ func TestFailedBatchLeavesNothing(t *testing.T) {
 			c.AddRule(&nftables.Rule{Table: tb, Chain: &nftables.Chain{Name: "missing", Table: tb}, Exprs: rule().tcp().accept()})
 		}
 		defer func() { nftBatchHook = nil }()
-		w := &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: enroll.Options{DNSCapture: true}, Netns: pod}
-		if err := r.Apply(context.Background(), w); err == nil {
+		w := podWorkload(pod, []netip.Addr{podV4}, enroll.Settings{DNSCapture: true})
+		if err := apply(r, w); err == nil {
 			t.Fatal("Apply succeeded with a broken batch")
 		}
 		if after := fullDump(t, pod); after != before {
@@ -262,8 +263,8 @@ func TestFailedBatchLeavesNothing(t *testing.T) {
 			return strings.Replace(in, "*nat\n", "*nat\n-A ISTIO_OUTPUT -j NO_SUCH_TARGET\n", 1)
 		}
 		defer func() { iptablesRestoreHook = nil }()
-		w := &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: enroll.Options{DNSCapture: true}, Netns: pod}
-		if err := r.Apply(context.Background(), w); err == nil {
+		w := podWorkload(pod, []netip.Addr{podV4}, enroll.Settings{DNSCapture: true})
+		if err := apply(r, w); err == nil {
 			t.Fatal("Apply succeeded with a broken restore file")
 		}
 		if after := fullDump(t, pod); after != before {
@@ -275,19 +276,19 @@ func TestFailedBatchLeavesNothing(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
-			r := newBareRedirector(t, b)
+			r := newBareRedirector(t, b, withoutIPv6)
 			pod := podNetns(t)
 			before := fullDump(t, pod)
-			if err := r.Apply(context.Background(), &enroll.Workload{UID: "u", Netns: pod}); !errors.Is(err, ErrNoAddresses) {
+			if err := apply(r, podWorkload(pod, nil, enroll.Settings{})); !errors.Is(err, ErrNoAddresses) {
 				t.Fatalf("Apply without IPs = %v, want ErrNoAddresses", err)
 			}
-			err := r.Apply(context.Background(), &enroll.Workload{UID: "u", IPs: []netip.Addr{podV6}, Netns: pod})
+			err := apply(r, podWorkload(pod, []netip.Addr{podV6}, enroll.Settings{}))
 			if err == nil || !strings.Contains(err.Error(), "--ipv6") {
 				t.Fatalf("Apply of an IPv6-only pod with IPv6 off = %v, want an error naming --ipv6", err)
 			}
 			closed := podNetns(t)
 			must(t, closed.Close())
-			if err := r.Apply(context.Background(), &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Netns: closed}); err == nil {
+			if err := apply(r, podWorkload(closed, []netip.Addr{podV4}, enroll.Settings{})); err == nil {
 				t.Fatal("Apply on a closed netns succeeded")
 			}
 			if after := fullDump(t, pod); after != before {
@@ -299,7 +300,7 @@ func TestBadInput(t *testing.T) {
 
 func TestHostSNATIsIncremental(t *testing.T) {
 	host := netnstest.Open(t)
-	h, err := newNftHostSNAT(int(host.Fd()))
+	h, err := newNftHostSNAT(netnstest.Fd(t, host))
 	must(t, err)
 	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")
 	v6 := netip.MustParseAddr("2001:db8::10")
@@ -319,7 +320,7 @@ func TestHostSNATIsIncremental(t *testing.T) {
 		t.Fatalf("node table after Retain(b):\n%s", list)
 	}
 	// A restarted agent keeps the elements (probes of running pods keep working).
-	h2, err := newNftHostSNAT(int(host.Fd()))
+	h2, err := newNftHostSNAT(netnstest.Fd(t, host))
 	must(t, err)
 	if !strings.Contains(nftTable(t, host), "elements = { 192.0.2.11 }") {
 		t.Fatalf("restart lost set elements:\n%s", nftTable(t, host))
@@ -332,12 +333,12 @@ func TestHostSNATIsIncremental(t *testing.T) {
 
 func TestIptablesHostSNAT(t *testing.T) {
 	host := netnstest.Open(t)
-	ipt, err := newIptables(VariantNft, int(host.Fd()))
+	ipt, err := newIptables(VariantNft, netnstest.Fd(t, host))
 	must(t, err)
-	h, err := newIptablesHostSNAT(ipt, int(host.Fd()))
+	h, err := newIptablesHostSNAT(ipt, netnstest.Fd(t, host))
 	must(t, err)
 	// Set-up is idempotent: a restarted agent adds no second jump.
-	_, err = newIptablesHostSNAT(ipt, int(host.Fd()))
+	_, err = newIptablesHostSNAT(ipt, netnstest.Fd(t, host))
 	must(t, err)
 	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
 	must(t, h.Add([]netip.Addr{a, b}))
@@ -384,44 +385,60 @@ func tableHandle(t testing.TB, h *netns.Handle) string {
 	return first[i:]
 }
 
-// TestAdoption: a pod a previous agent enrolled keeps its rules when it
-// comes back unchanged (no table rewrite); any difference, or a missing
-// table, means a normal apply.
+// TestAdoption: a pod a previous agent enrolled keeps its rules when its
+// checkpointed record says they are what this redirector would install and
+// the table is there; a different account, or a missing table, means a
+// normal apply. The account names the backend and the plan.
 func TestAdoption(t *testing.T) {
-	w := func(pod *netns.Handle, opts enroll.Options) *enroll.Workload {
-		return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: opts, Netns: pod}
+	settings := enroll.Settings{DNSCapture: true}
+	w := func(pod *netns.Handle, s enroll.Settings) *enroll.Workload {
+		return podWorkload(pod, []netip.Addr{podV4}, s)
 	}
-	opts := enroll.Options{DNSCapture: true}
-	adoption := func(pod *netns.Handle) []Adoption {
-		return []Adoption{{UID: "u", NetnsInode: pod.Inode(), IPs: []netip.Addr{podV4}, Options: opts}}
+	// enrollOnce is the previous agent: its Apply's account is what the
+	// checkpoint keeps.
+	enrollOnce := func(t *testing.T, pod *netns.Handle) *enroll.Record {
+		first := w(pod, settings)
+		account, err := newBareRedirector(t, BackendNftables).Apply(context.Background(), first, nil)
+		must(t, err)
+		if account != "nftables ipv4 dns-capture inbound-capture" {
+			t.Fatalf("account %q", account)
+		}
+		rec := first.Record
+		rec.Redirection = account
+		return &rec
 	}
 	t.Run("unchanged pod keeps its table", func(t *testing.T) {
 		pod := podNetns(t)
-		must(t, newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, opts)))
+		prior := enrollOnce(t, pod)
 		before := tableHandle(t, pod)
 		r := newBareRedirector(t, BackendNftables) // the restarted agent
-		r.Adopt(adoption(pod))
-		must(t, r.Apply(context.Background(), w(pod, opts)))
-		if after := tableHandle(t, pod); after != before {
-			t.Fatalf("table rewritten on adoption: %s → %s", before, after)
+		account, err := r.Apply(context.Background(), w(pod, settings), prior)
+		must(t, err)
+		if after := tableHandle(t, pod); after != before || account != prior.Redirection {
+			t.Fatalf("table rewritten on adoption (%s → %s) or account changed (%q)", before, after, account)
 		}
 		checkGolden(t, "nftables_ipv4", rulesDump(t, pod, BackendNftables)+routingDump(t, pod))
 	})
-	t.Run("changed options are applied", func(t *testing.T) {
+	t.Run("a different account is applied", func(t *testing.T) {
 		pod := podNetns(t)
-		must(t, newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, opts)))
-		r := newBareRedirector(t, BackendNftables)
-		r.Adopt(adoption(pod))
-		must(t, r.Apply(context.Background(), w(pod, enroll.Options{})))
-		if strings.Contains(rulesDump(t, pod, BackendNftables), "15053") {
-			t.Fatal("DNS capture turned off but the adopted rules were kept")
+		prior := enrollOnce(t, pod)
+		before := tableHandle(t, pod)
+		prior.Redirection = "nftables ipv4 inbound-capture" // e.g. written by an agent with other rules
+		must(t, func() error {
+			_, err := newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, settings), prior)
+			return err
+		}())
+		if tableHandle(t, pod) == before {
+			t.Fatal("rules kept although the previous agent's account differs")
 		}
+		checkGolden(t, "nftables_ipv4", rulesDump(t, pod, BackendNftables)+routingDump(t, pod))
 	})
 	t.Run("missing table is applied", func(t *testing.T) {
 		pod := podNetns(t)
-		r := newBareRedirector(t, BackendNftables)
-		r.Adopt(adoption(pod))
-		must(t, r.Apply(context.Background(), w(pod, opts)))
+		prior := enrollOnce(t, pod)
+		inNetns(t, pod, "nft", "delete", "table", "inet", TableName)
+		_, err := newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, settings), prior)
+		must(t, err)
 		if strings.HasPrefix(nftTable(t, pod), "no table") {
 			t.Fatal("adoption of a pod without a table left it without rules")
 		}

@@ -72,7 +72,7 @@ func runIn(netnsFd int, bin string, stdin []byte, args ...string) (string, error
 	if netnsFd < 0 {
 		err = run()
 	} else {
-		err = netns.RunIn(uintptr(netnsFd), run)
+		err = netns.RunIn(netnsFd, run)
 	}
 	if err != nil {
 		return out.String(), fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
@@ -123,6 +123,11 @@ func (b *iptablesBackend) apply(fd int, p Plan) error {
 	}
 	return nil
 }
+
+// present is always false: telling Istio's chains from a previous agent
+// apart from anything else in the pod takes a save per family, which costs
+// about what rewriting them does.
+func (b *iptablesBackend) present(int) (bool, error) { return false, nil }
 
 func (b *iptablesBackend) remove(fd int) error {
 	var errs []error

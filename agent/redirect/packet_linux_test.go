@@ -1,7 +1,6 @@
 package redirect
 
 import (
-	"context"
 	"net"
 	"net/netip"
 	"testing"
@@ -41,8 +40,8 @@ func TestPackets(t *testing.T) {
 			t.Run(string(b)+"/"+fc.name, func(t *testing.T) {
 				topo := newTopology(t)
 				r := topo.newRedirector(t, b)
-				w := topo.workload(fc.ips, enroll.Options{DNSCapture: true, IPv6: true})
-				must(t, r.Apply(context.Background(), w))
+				w := topo.workload(fc.ips, enroll.Settings{DNSCapture: true})
+				must(t, apply(r, w))
 
 				inbound := listen(t, topo.pod, "tcp", ":15006")
 				outbound := listen(t, topo.pod, "tcp", ":15001")
@@ -118,7 +117,7 @@ func TestPackets(t *testing.T) {
 
 func sendDNS(t *testing.T, topo *topology, fc famCase) {
 	t.Helper()
-	must(t, topo.pod.Do(func() error {
+	must(t, netnstest.Run(topo.pod, func() error {
 		c, err := net.Dial("udp", hp(fc.host, 53))
 		if err != nil {
 			return err
@@ -135,7 +134,7 @@ func TestDNSCaptureOff(t *testing.T) {
 			t.Run(string(b)+"/"+fc.name, func(t *testing.T) {
 				topo := newTopology(t)
 				r := topo.newRedirector(t, b)
-				must(t, r.Apply(context.Background(), topo.workload(fc.ips, enroll.Options{DNSCapture: false, IPv6: true})))
+				must(t, apply(r, topo.workload(fc.ips, enroll.Settings{DNSCapture: false})))
 				hostDNS := listenUDP(t, topo.host, hp(fc.host, 53))
 				podDNS := listenUDP(t, topo.pod, ":15053")
 				sendDNS(t, topo, fc)
@@ -158,7 +157,7 @@ func TestBypassInbound(t *testing.T) {
 		t.Run(string(b), func(t *testing.T) {
 			topo := newTopology(t)
 			r := topo.newRedirector(t, b)
-			must(t, r.Apply(context.Background(), topo.workload([]netip.Addr{podV4}, enroll.Options{BypassInbound: true})))
+			must(t, apply(r, topo.workload([]netip.Addr{podV4}, enroll.Settings{BypassInbound: true})))
 			app := listen(t, topo.pod, "tcp", ":8080")
 			listen(t, topo.pod, "tcp", ":15006")
 			c, err := dial(topo.peer, "tcp", hp(podV4, 8080), netip.Addr{}, 0)

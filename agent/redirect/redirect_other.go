@@ -21,29 +21,17 @@ var _ enroll.Redirector = (*Redirector)(nil)
 func New(Config) (*Redirector, error) { return nil, errUnsupported }
 
 // Apply is only implemented on Linux.
-func (*Redirector) Apply(context.Context, *enroll.Workload) error { return errUnsupported }
+func (*Redirector) Apply(context.Context, *enroll.Workload, *enroll.Record) (string, error) {
+	return "", errUnsupported
+}
 
 // Remove is only implemented on Linux.
 func (*Redirector) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error {
 	return errUnsupported
 }
 
-// Uninstall is only implemented on Linux.
-func (*Redirector) Uninstall() error { return errUnsupported }
-
 // Close is only implemented on Linux.
 func (*Redirector) Close() error { return errUnsupported }
 
 // RetainNodeState is only implemented on Linux.
 func (*Redirector) RetainNodeState([]netip.Addr) error { return errUnsupported }
-
-// Adoption is a pod a previous agent enrolled.
-type Adoption struct {
-	UID        string
-	NetnsInode uint64
-	IPs        []netip.Addr
-	Options    enroll.Options
-}
-
-// Adopt is only implemented on Linux.
-func (*Redirector) Adopt([]Adoption) {}

@@ -52,19 +52,26 @@ type Config struct {
 	// IptablesVariant applies to the iptables backend; auto picks the
 	// variant holding the node's rules (kubelet's, the CNI's).
 	IptablesVariant IptablesVariant
+	// IPv6 programs IPv6 redirection for pods with IPv6 addresses (Istio's
+	// default: on). Off, a pod with only IPv6 addresses cannot be enrolled.
+	IPv6 bool
 	// HostNetnsFd is the node's network namespace for probe SNAT; -1 (the
 	// default via New) means the agent's own. Tests pass a namespace of
 	// their own so the real node is never touched.
 	HostNetnsFd int
 }
 
-// DefaultConfig is nftables with the agent's own netns as the node's.
+// DefaultConfig is nftables, IPv6 on, with the agent's own netns as the
+// node's.
 func DefaultConfig() Config {
-	return Config{Backend: BackendNftables, IptablesVariant: VariantAuto, HostNetnsFd: -1}
+	return Config{Backend: BackendNftables, IptablesVariant: VariantAuto, IPv6: true, HostNetnsFd: -1}
 }
 
 // podBackend programs the in-pod filter rules (routing is common).
 type podBackend interface {
 	apply(netnsFd int, p Plan) error
 	remove(netnsFd int) error
+	// present reports whether meshlet's rules are in the netns, where that
+	// can be checked cheaply; false means "rewrite them".
+	present(netnsFd int) (bool, error)
 }

@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
-	"slices"
 	"sync"
 
 	"k8s.io/klog/v2"
-
-	"github.com/meshlet/meshlet/agent/netns"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 )
@@ -21,47 +17,6 @@ type Redirector struct {
 	cfg     Config
 	backend podBackend
 	host    HostSNAT
-
-	mu      sync.Mutex
-	adopted map[string]Adoption
-}
-
-// Adoption is a pod a previous agent enrolled (from the checkpoint): if the
-// pod comes back with the same netns and settings and its table is there,
-// Apply keeps the rules instead of rewriting them.
-type Adoption struct {
-	UID        string
-	NetnsInode uint64
-	IPs        []netip.Addr
-	Options    enroll.Options
-}
-
-// Adopt registers pods for adoption (nftables backend only: its table can
-// be checked cheaply; iptables pods are always rewritten).
-func (r *Redirector) Adopt(pods []Adoption) {
-	if _, ok := r.backend.(nftBackend); !ok {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.adopted = make(map[string]Adoption, len(pods))
-	for _, p := range pods {
-		r.adopted[p.UID] = p
-	}
-}
-
-// adopt reports whether w is an adoptable pod whose rules are in place;
-// each adoption is used once.
-func (r *Redirector) adopt(fd int, w *enroll.Workload) bool {
-	r.mu.Lock()
-	a, ok := r.adopted[w.UID]
-	delete(r.adopted, w.UID)
-	r.mu.Unlock()
-	if !ok || a.NetnsInode != w.Netns.Inode() || a.Options != w.Options || !slices.Equal(a.IPs, w.IPs) {
-		return false
-	}
-	has, err := hasNftTable(fd)
-	return err == nil && has
 }
 
 var _ enroll.Redirector = (*Redirector)(nil)
@@ -96,33 +51,52 @@ func New(cfg Config) (*Redirector, error) {
 
 type nftBackend struct{}
 
-func (nftBackend) apply(fd int, p Plan) error { return applyNftables(fd, p) }
-func (nftBackend) remove(fd int) error        { return removeNftables(fd) }
+func (nftBackend) apply(fd int, p Plan) error   { return applyNftables(fd, p) }
+func (nftBackend) remove(fd int) error          { return removeNftables(fd) }
+func (nftBackend) present(fd int) (bool, error) { return hasNftTable(fd) }
 
 // Apply programs the pod: routing, in-pod rules, node-side SNAT. The three
 // are independent kernel transactions and run concurrently (the in-pod
 // batch dominates; the others hide behind it), which keeps the runtime's
 // hook short. On any error everything is undone and the error names the
-// step.
-func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
-	p, err := PlanFor(w)
+// step. It returns its account of the rules (backend and plan).
+//
+// With a prior record whose account is the same, and meshlet's rules still
+// in the pod, the rules are kept: rewriting them costs an RCU grace period
+// per pod when a restarted agent adopts every running pod. Routing and
+// node SNAT are re-asserted (idempotent).
+func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
+	p, err := PlanFor(w.IPs, w.Settings, r.cfg.IPv6)
 	if err != nil {
-		return fmt.Errorf("redirect pod %s: %w", w.UID, err)
+		return "", err
 	}
-	fd, err := podNetnsFd(w)
+	account := r.account(p)
+	adoptable := prior != nil && prior.Redirection == account
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, adoptable) })
 	if err != nil {
-		return err
+		return "", err
 	}
+	return account, nil
+}
+
+// account is what a pod's record keeps of its rules.
+func (r *Redirector) account(p Plan) string {
+	backend := r.cfg.Backend
+	if backend == "" {
+		backend = BackendNftables
+	}
+	return string(backend) + " " + p.String()
+}
+
+func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan, adoptable bool) error {
+	logger := klog.FromContext(ctx)
 	var routeErr, hostErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
-	wg.Go(func() { hostErr = r.host.Add(w.IPs) })
+	wg.Go(func() { hostErr = r.host.Add(ips) })
 	var ruleErr error
-	if r.adopt(fd, w) {
-		// A previous agent's rules for this very netns and settings:
-		// keep them (rewriting costs an RCU grace period per pod at
-		// start-up). Routing and node SNAT are re-asserted (idempotent).
-		klog.FromContext(ctx).V(2).Info("Adopted the redirection a previous agent applied", "podUID", w.UID)
+	if adoptable && r.rulesPresent(fd) {
+		logger.V(2).Info("Kept the redirection a previous agent applied", "plan", p)
 	} else {
 		ruleErr = r.backend.apply(fd, p)
 	}
@@ -130,7 +104,7 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 	if err := errors.Join(routeErr, ruleErr, hostErr); err != nil {
 		errs := []error{err}
 		if hostErr == nil {
-			if err := r.host.Delete(w.IPs); err != nil {
+			if err := r.host.Delete(ips); err != nil {
 				errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
 			}
 		}
@@ -140,57 +114,30 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload) error {
 		if err := removeRouting(fd); err != nil {
 			errs = append(errs, fmt.Errorf("undo routing: %w", err))
 		}
-		return fmt.Errorf("redirect pod %s: %w", w.UID, errors.Join(errs...))
+		return errors.Join(errs...)
 	}
-	klog.FromContext(ctx).V(4).Info("Redirection applied", "podUID", w.UID, "families", p.Families,
-		"dnsCapture", p.DNSCapture, "inboundCapture", p.InboundCapture)
+	logger.V(4).Info("Redirection applied", "plan", p)
 	return nil
 }
 
-// podNetnsFd returns the pod's netns fd after checking with the kernel that
-// it still is a network namespace. Never skip this: the libraries below
-// treat an invalid fd as "the current namespace", which is the node's.
-func podNetnsFd(w *enroll.Workload) (int, error) {
-	if w.Netns == nil {
-		return -1, fmt.Errorf("redirect pod %s: no network namespace", w.UID)
-	}
-	fd := w.Netns.Fd()
-	if fd > math.MaxInt32 {
-		return -1, fmt.Errorf("redirect pod %s: network namespace handle is closed", w.UID)
-	}
-	if _, err := netns.Identify(int(fd)); err != nil {
-		return -1, fmt.Errorf("redirect pod %s: %w", w.UID, err)
-	}
-	return int(fd), nil
+func (r *Redirector) rulesPresent(fd int) bool {
+	has, err := r.backend.present(fd)
+	return err == nil && has
 }
 
 // Remove undoes Apply. RemoveHostOnly never touches the pod's netns.
-func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
+func (r *Redirector) Remove(_ context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
 	var errs []error
 	if err := r.host.Delete(w.IPs); err != nil {
 		errs = append(errs, err)
 	}
 	if scope == enroll.RemoveAll {
-		fd, err := podNetnsFd(w)
-		if err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		if err := r.backend.remove(fd); err != nil {
-			errs = append(errs, err)
-		}
-		if err := removeRouting(fd); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, w.Netns.WithFd(func(fd int) error {
+			return errors.Join(r.backend.remove(fd), removeRouting(fd))
+		}))
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("remove redirection of pod %s: %w", w.UID, err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
-
-// Uninstall removes every node-side object (meshlet is being removed from
-// the node). Pods' in-pod rules are left to their Remove or their netns.
-func (r *Redirector) Uninstall() error { return r.host.Uninstall() }
 
 // RetainNodeState drops node-side state (probe SNAT addresses) of every pod
 // not in keep: call it once the running pods are known (after the runtime's

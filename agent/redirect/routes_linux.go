@@ -56,7 +56,7 @@ func openRouting(netnsFd int) (*routing, error) {
 	// calling thread and ignores a failure to switch back. NETLINK_ROUTE
 	// only: a handle for every family costs a socket each.
 	var h *netlink.Handle
-	err := netns.RunIn(uintptr(netnsFd), func() error {
+	err := netns.RunIn(netnsFd, func() error {
 		var err error
 		h, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 		return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 )
@@ -67,36 +68,57 @@ func (f Family) loopback() netip.Addr {
 var ErrNoAddresses = errors.New("pod has no IP addresses")
 
 // Plan is what Apply programs for one pod, derived from the pod's
-// addresses and options.
+// addresses and settings and the node's IPv6 setting.
 type Plan struct {
 	Families       []Family
 	DNSCapture     bool
 	InboundCapture bool
 }
 
+// String is the plan's stable, readable form ("ipv4+ipv6 dns-capture
+// inbound-capture"); it is part of the account a pod's record keeps of its
+// rules, so changing it makes a restarted agent rewrite every pod's rules
+// once instead of keeping them.
+func (p Plan) String() string {
+	var b strings.Builder
+	for i, f := range p.Families {
+		if i > 0 {
+			b.WriteByte('+')
+		}
+		fmt.Fprintf(&b, "ipv%d", int(f))
+	}
+	if p.DNSCapture {
+		b.WriteString(" dns-capture")
+	}
+	if p.InboundCapture {
+		b.WriteString(" inbound-capture")
+	}
+	return b.String()
+}
+
 // PlanFor derives the plan: IPv4 if the pod has an IPv4 address, IPv6 if it
-// has an IPv6 address and IPv6 is enabled.
-func PlanFor(w *enroll.Workload) (Plan, error) {
+// has an IPv6 address and ipv6 (the node's setting) is on.
+func PlanFor(ips []netip.Addr, s enroll.Settings, ipv6 bool) (Plan, error) {
 	var has4, has6 bool
-	for _, ip := range w.IPs {
+	for _, ip := range ips {
 		if ip.Unmap().Is4() {
 			has4 = true
 		} else {
 			has6 = true
 		}
 	}
-	p := Plan{DNSCapture: w.Options.DNSCapture, InboundCapture: !w.Options.BypassInbound}
+	p := Plan{DNSCapture: s.DNSCapture, InboundCapture: !s.BypassInbound}
 	if has4 {
 		p.Families = append(p.Families, IPv4)
 	}
-	if has6 && w.Options.IPv6 {
+	if has6 && ipv6 {
 		p.Families = append(p.Families, IPv6)
 	}
 	switch {
-	case len(w.IPs) == 0:
+	case len(ips) == 0:
 		return p, ErrNoAddresses
 	case len(p.Families) == 0:
-		return p, fmt.Errorf("pod has only IPv6 addresses %v and IPv6 redirection is disabled (--ipv6=false)", w.IPs)
+		return p, fmt.Errorf("pod has only IPv6 addresses %v and IPv6 redirection is disabled (--ipv6=false)", ips)
 	}
 	return p, nil
 }

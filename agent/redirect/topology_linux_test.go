@@ -47,10 +47,10 @@ func newTopology(t testing.TB) *topology {
 	ph := handleIn(t, topo.pod)
 	eh := handleIn(t, topo.peer)
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth-host"}, PeerName: "eth0",
-		PeerNamespace: netlink.NsFd(topo.pod.Fd())}
+		PeerNamespace: netlink.NsFd(netnstest.Fd(t, topo.pod))}
 	must(t, hh.LinkAdd(veth))
 	must(t, hh.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "veth-peer"}, PeerName: "eth0",
-		PeerNamespace: netlink.NsFd(topo.peer.Fd())}))
+		PeerNamespace: netlink.NsFd(netnstest.Fd(t, topo.peer))}))
 	for _, h := range []*netlink.Handle{hh, ph, eh} {
 		lo, err := h.LinkByName("lo")
 		must(t, err)
@@ -94,7 +94,7 @@ func newTopology(t testing.TB) *topology {
 }
 
 func handleIn(t testing.TB, h *netns.Handle) *netlink.Handle {
-	nh, err := netlink.NewHandleAt(vnetns.NsHandle(h.Fd()))
+	nh, err := netlink.NewHandleAt(vnetns.NsHandle(netnstest.Fd(t, h)))
 	must(t, err)
 	t.Cleanup(nh.Close)
 	return nh
@@ -108,16 +108,34 @@ func must(t testing.TB, err error) {
 }
 
 // workload returns a pod workload on the topology's pod netns.
-func (topo *topology) workload(ips []netip.Addr, opts enroll.Options) *enroll.Workload {
-	return &enroll.Workload{UID: "pod-uid", Name: "pod", Namespace: "ns", IPs: ips, Options: opts, Netns: topo.pod}
+func (topo *topology) workload(ips []netip.Addr, settings enroll.Settings) *enroll.Workload {
+	return podWorkload(topo.pod, ips, settings)
 }
 
+// podWorkload is a workload for the pod netns h.
+func podWorkload(h *netns.Handle, ips []netip.Addr, settings enroll.Settings) *enroll.Workload {
+	return &enroll.Workload{Record: enroll.Record{UID: "pod-uid", Name: "pod", Namespace: "ns", IPs: ips,
+		NetnsInode: h.Inode(), Settings: settings}, Netns: h}
+}
+
+// apply applies w as a first enrollment (no checkpointed record).
+func apply(r *Redirector, w *enroll.Workload) error {
+	_, err := r.Apply(context.Background(), w, nil)
+	return err
+}
+
+// withoutIPv6 configures a redirector with --ipv6=false.
+func withoutIPv6(c *Config) { c.IPv6 = false }
+
 // newRedirector builds a Redirector whose node side lives in the topology's
-// host netns; Uninstall runs at cleanup.
-func (topo *topology) newRedirector(t testing.TB, b Backend) *Redirector {
+// host netns; its node-side objects are removed at cleanup.
+func (topo *topology) newRedirector(t testing.TB, b Backend, opts ...func(*Config)) *Redirector {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Backend, cfg.HostNetnsFd = b, int(topo.host.Fd())
+	cfg.Backend, cfg.HostNetnsFd = b, netnstest.Fd(t, topo.host)
+	for _, o := range opts {
+		o(&cfg)
+	}
 	switch b {
 	case BackendIptables:
 		cfg.IptablesVariant = VariantNft
@@ -127,7 +145,7 @@ func (topo *topology) newRedirector(t testing.TB, b Backend) *Redirector {
 	r, err := New(cfg)
 	must(t, err)
 	t.Cleanup(func() {
-		if err := r.Uninstall(); err != nil {
+		if err := r.host.Uninstall(); err != nil {
 			t.Errorf("Uninstall: %v", err)
 		}
 	})
@@ -138,7 +156,7 @@ func (topo *topology) newRedirector(t testing.TB, b Backend) *Redirector {
 func inNetns(t testing.TB, h *netns.Handle, name string, args ...string) string {
 	t.Helper()
 	var out []byte
-	err := h.Do(func() error {
+	err := netnstest.Run(h, func() error {
 		var err error
 		out, err = exec.Command(name, args...).CombinedOutput()
 		return err
@@ -154,7 +172,7 @@ func inNetns(t testing.TB, h *netns.Handle, name string, args ...string) string 
 func listen(t testing.TB, h *netns.Handle, network, addr string) net.Listener {
 	t.Helper()
 	var l net.Listener
-	must(t, h.Do(func() error {
+	must(t, netnstest.Run(h, func() error {
 		var err error
 		l, err = net.Listen(network, addr)
 		return err
@@ -166,7 +184,7 @@ func listen(t testing.TB, h *netns.Handle, network, addr string) net.Listener {
 func listenUDP(t testing.TB, h *netns.Handle, addr string) net.PacketConn {
 	t.Helper()
 	var c net.PacketConn
-	must(t, h.Do(func() error {
+	must(t, netnstest.Run(h, func() error {
 		var err error
 		c, err = net.ListenPacket("udp", addr)
 		return err
@@ -179,7 +197,7 @@ func listenUDP(t testing.TB, h *netns.Handle, addr string) net.PacketConn {
 // and with SO_MARK set.
 func dial(h *netns.Handle, network, addr string, src netip.Addr, mark int) (net.Conn, error) {
 	var c net.Conn
-	err := h.Do(func() error {
+	err := netnstest.Run(h, func() error {
 		d := net.Dialer{Timeout: 3 * time.Second}
 		if src.IsValid() {
 			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}

@@ -1,8 +1,10 @@
-// Package state is meshlet's checkpoint: what the agent has enrolled on
-// this node, so that a restarted agent can adopt running pods instead of
-// rewriting their rules. The file is versioned, written to a temporary file
-// and renamed (never half-written), and a file that cannot be read as the
-// current version is refused loudly rather than half-trusted.
+// Package state is meshlet's checkpoint: the records of the pods the agent
+// has enrolled on this node, so that a restarted agent can adopt running
+// pods instead of rewriting their rules. The file holds the core's own
+// records (enroll.Record) as they are. It is versioned, written to a
+// temporary file and renamed (never half-written), and a file that cannot
+// be read as the current version is set aside loudly rather than
+// half-trusted.
 package state
 
 import (
@@ -10,44 +12,35 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/enroll"
 )
 
 // Version is the checkpoint format version this code reads and writes.
-const Version = 1
+// Version 1 (flat per-pod options) is not read: a meshlet upgraded from it
+// rewrites every running pod's rules once.
+const Version = 2
 
 // FileName is the checkpoint's name inside the state directory.
 const FileName = "checkpoint.json"
 
-// Pod is one enrolled pod as it was enrolled.
-type Pod struct {
-	UID            string       `json:"uid"`
-	Name           string       `json:"name"`
-	Namespace      string       `json:"namespace"`
-	ServiceAccount string       `json:"serviceAccount"`
-	NetnsInode     uint64       `json:"netnsInode"`
-	IPs            []netip.Addr `json:"ips"`
-	DNSCapture     bool         `json:"dnsCapture"`
-	BypassInbound  bool         `json:"bypassInbound"`
-	IPv6           bool         `json:"ipv6"`
-}
-
 // Checkpoint is the file's content.
 type Checkpoint struct {
-	Version int   `json:"version"`
-	Pods    []Pod `json:"pods"`
+	Version int             `json:"version"`
+	Pods    []enroll.Record `json:"pods"`
 }
 
 // ErrCorrupt marks a checkpoint that exists but cannot be used.
 var ErrCorrupt = errors.New("corrupt checkpoint")
 
 // Load reads the checkpoint in dir. A missing file is an empty checkpoint;
-// an unreadable, unparsable or other-version file is ErrCorrupt, with the
-// path and the reason.
+// an unparsable, other-version or inconsistent file is ErrCorrupt, with
+// the path and the reason.
 func Load(dir string) (Checkpoint, error) {
 	path := filepath.Join(dir, FileName)
 	b, err := os.ReadFile(path)
@@ -57,26 +50,52 @@ func Load(dir string) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("read checkpoint %s: %w", path, err)
 	}
-	var cp Checkpoint
-	if err := json.Unmarshal(b, &cp); err != nil {
-		return Checkpoint{}, fmt.Errorf("%w %s: %v", ErrCorrupt, path, err)
-	}
-	if cp.Version != Version {
-		return Checkpoint{}, fmt.Errorf("%w %s: version %d, this meshlet reads version %d", ErrCorrupt, path, cp.Version, Version)
-	}
-	for i, p := range cp.Pods {
-		if p.UID == "" || p.NetnsInode == 0 {
-			return Checkpoint{}, fmt.Errorf("%w %s: pod %d has no uid or netns inode", ErrCorrupt, path, i)
-		}
+	cp, err := Parse(b)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("%w %s: %w", ErrCorrupt, path, err)
 	}
 	return cp, nil
 }
 
-// Save writes the checkpoint atomically: a temporary file in dir, synced,
-// then renamed over the old one.
-func Save(dir string, cp Checkpoint) error {
-	cp.Version = Version
-	slices.SortFunc(cp.Pods, ByUID)
+// Parse decodes and checks a checkpoint: the current version, and every
+// pod with a UID (once), a netns inode and at least one address.
+func Parse(b []byte) (Checkpoint, error) {
+	var cp Checkpoint
+	if err := json.Unmarshal(b, &cp); err != nil {
+		return Checkpoint{}, err
+	}
+	if cp.Version != Version {
+		return Checkpoint{}, fmt.Errorf("version %d, this meshlet reads version %d", cp.Version, Version)
+	}
+	seen := make(map[string]bool, len(cp.Pods))
+	for i, p := range cp.Pods {
+		switch {
+		case p.UID == "":
+			return Checkpoint{}, fmt.Errorf("pods[%d]: no uid", i)
+		case seen[p.UID]:
+			return Checkpoint{}, fmt.Errorf("pods[%d]: uid %s appears twice", i, p.UID)
+		case p.NetnsInode == 0:
+			return Checkpoint{}, fmt.Errorf("pods[%d] (uid %s): no netnsInode", i, p.UID)
+		case len(p.IPs) == 0:
+			return Checkpoint{}, fmt.Errorf("pods[%d] (uid %s): no ips", i, p.UID)
+		}
+		for j, ip := range p.IPs {
+			if !ip.IsValid() {
+				return Checkpoint{}, fmt.Errorf("pods[%d] (uid %s): ips[%d] is empty", i, p.UID, j)
+			}
+		}
+		seen[p.UID] = true
+	}
+	return cp, nil
+}
+
+// Save writes the records atomically, sorted by UID: a temporary file in
+// dir, synced, then renamed over the old one.
+func Save(dir string, records []enroll.Record) error {
+	cp := Checkpoint{Version: Version, Pods: slices.SortedFunc(slices.Values(records), byUID)}
+	if cp.Pods == nil {
+		cp.Pods = []enroll.Record{}
+	}
 	b, err := json.MarshalIndent(cp, "", "  ")
 	if err != nil {
 		return err
@@ -106,12 +125,29 @@ func Save(dir string, cp Checkpoint) error {
 	return nil
 }
 
-// ByUID orders pods by UID: the file's order, stable across writes.
-func ByUID(a, b Pod) int { return strings.Compare(a.UID, b.UID) }
+func byUID(a, b enroll.Record) int { return strings.Compare(a.UID, b.UID) }
 
 // SetAside renames a corrupt checkpoint so the agent can start fresh and an
-// operator can still look at it.
-func SetAside(dir string) (string, error) {
-	dst := filepath.Join(dir, FileName+".corrupt")
-	return dst, os.Rename(filepath.Join(dir, FileName), dst)
+// operator can still look at it. The new name carries the time (UTC), so
+// one corrupt file never replaces another.
+func SetAside(dir string, now time.Time) (string, error) {
+	base := filepath.Join(dir, FileName+".corrupt-"+now.UTC().Format("20060102T150405Z"))
+	for i := 0; ; i++ {
+		dst := base
+		if i > 0 {
+			dst = fmt.Sprintf("%s-%d", base, i)
+		}
+		// A hard link fails if dst exists, where a rename would replace it.
+		err := os.Link(filepath.Join(dir, FileName), dst)
+		if errors.Is(err, fs.ErrExist) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("set aside checkpoint: %w", err)
+		}
+		if err := os.Remove(filepath.Join(dir, FileName)); err != nil {
+			return dst, fmt.Errorf("set aside checkpoint: %w", err)
+		}
+		return dst, nil
+	}
 }

@@ -8,23 +8,28 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/enroll"
 )
 
 func TestSaveLoadRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	cp := Checkpoint{Pods: []Pod{
-		{UID: "b", Name: "p2", Namespace: "n", ServiceAccount: "sa", NetnsInode: 2, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")}, DNSCapture: true},
-		{UID: "a", Name: "p1", Namespace: "n", ServiceAccount: "default", NetnsInode: 1, IPs: []netip.Addr{netip.MustParseAddr("2001:db8::1")}, IPv6: true},
-	}}
-	if err := Save(dir, cp); err != nil {
+	records := []enroll.Record{
+		{UID: "b", Name: "p2", Namespace: "n", ServiceAccount: "sa", NetnsInode: 2, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")},
+			Settings: enroll.Settings{DNSCapture: true}, Redirection: "nftables ipv4 dns-capture inbound-capture"},
+		{UID: "a", Name: "p1", Namespace: "n", ServiceAccount: "default", NetnsInode: 1, IPs: []netip.Addr{netip.MustParseAddr("2001:db8::1")},
+			Settings: enroll.Settings{BypassInbound: true}, Redirection: "iptables ipv6"},
+	}
+	if err := Save(dir, records); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Version != Version || len(got.Pods) != 2 || got.Pods[0].UID != "a" || !reflect.DeepEqual(got.Pods[1], cp.Pods[1]) {
-		t.Fatalf("round trip: %+v", got)
+	if got.Version != Version || len(got.Pods) != 2 || !reflect.DeepEqual(got.Pods[0], records[1]) || !reflect.DeepEqual(got.Pods[1], records[0]) {
+		t.Fatalf("round trip (sorted by uid): %+v", got)
 	}
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
@@ -40,31 +45,57 @@ func TestMissingIsEmpty(t *testing.T) {
 }
 
 func TestCorruptIsRefusedLoudly(t *testing.T) {
-	for name, content := range map[string]string{
-		"truncated":     `{"version":1,"pods":[{"uid":"a"`,
-		"other version": `{"version":2,"pods":[]}`,
-		"no inode":      `{"version":1,"pods":[{"uid":"a"}]}`,
-		"bad address":   `{"version":1,"pods":[{"uid":"a","netnsInode":1,"ips":["not-an-ip"]}]}`,
+	const pod = `"uid":"a","netnsInode":1,"ips":["192.0.2.1"]`
+	for name, c := range map[string]struct{ content, reason string }{
+		"truncated":      {`{"version":2,"pods":[{"uid":"a"`, "unexpected end"},
+		"older version":  {`{"version":1,"pods":[]}`, "version 1, this meshlet reads version 2"},
+		"no uid":         {`{"version":2,"pods":[{"netnsInode":1,"ips":["192.0.2.1"]}]}`, "pods[0]: no uid"},
+		"no inode":       {`{"version":2,"pods":[{"uid":"a","ips":["192.0.2.1"]}]}`, "no netnsInode"},
+		"no addresses":   {`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":[]}]}`, "no ips"},
+		"empty address":  {`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":[""]}]}`, "ips[0] is empty"},
+		"bad address":    {`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":["not-an-ip"]}]}`, "not-an-ip"},
+		"duplicate uids": {`{"version":2,"pods":[{` + pod + `},{` + pod + `}]}`, "pods[1]: uid a appears twice"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, FileName), []byte(content), 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, FileName), []byte(c.content), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			_, err := Load(dir)
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir, FileName)) {
-				t.Fatalf("Load = %v, want ErrCorrupt naming the file", err)
-			}
-			moved, err := SetAside(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if b, _ := os.ReadFile(moved); string(b) != content {
-				t.Fatalf("set-aside file lost its content")
-			}
-			if cp, err := Load(dir); err != nil || len(cp.Pods) != 0 {
-				t.Fatalf("after SetAside: %+v, %v", cp, err)
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir, FileName)) ||
+				!strings.Contains(err.Error(), c.reason) {
+				t.Fatalf("Load = %v, want ErrCorrupt naming the file and %q", err, c.reason)
 			}
 		})
+	}
+}
+
+// TestSetAsideKeepsEveryCorruptFile: each corrupt checkpoint set aside gets
+// a name of its own, even two within the same second.
+func TestSetAsideKeepsEveryCorruptFile(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 30, 3, 4, 5, 0, time.UTC)
+	var moved []string
+	for _, content := range []string{"{first", "{second", "{third"} {
+		if err := os.WriteFile(filepath.Join(dir, FileName), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dst, err := SetAside(dir, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved = append(moved, dst)
+	}
+	want := []string{FileName + ".corrupt-20261130T030405Z", FileName + ".corrupt-20261130T030405Z-1", FileName + ".corrupt-20261130T030405Z-2"}
+	for i, content := range []string{"{first", "{second", "{third"} {
+		if filepath.Base(moved[i]) != want[i] {
+			t.Fatalf("set aside as %s, want %s", moved[i], want[i])
+		}
+		if b, _ := os.ReadFile(moved[i]); string(b) != content {
+			t.Fatalf("%s holds %q, want %q", moved[i], b, content)
+		}
+	}
+	if cp, err := Load(dir); err != nil || len(cp.Pods) != 0 {
+		t.Fatalf("after SetAside: %+v, %v", cp, err)
 	}
 }

@@ -118,12 +118,9 @@ func (c *conn) protocolViolation(format string, args ...any) {
 	c.close(err)
 }
 
-// send sends w as Add with its fd, or as Keep; errRetired if w was deleted
-// before the send.
+// send sends w as Add with its fd; errRetired if w was deleted before the
+// send.
 func (c *conn) send(ctx context.Context, w *workload) error {
-	if w.keep {
-		return c.request(ctx, &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_Keep{Keep: &zdspb.KeepWorkload{Uid: w.uid}}}, "keep", w.uid, nil)
-	}
 	return c.request(ctx, &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_Add{Add: &zdspb.AddWorkload{Uid: w.uid, WorkloadInfo: w.info}}}, "add", w.uid, w)
 }
 
@@ -166,11 +163,11 @@ func (c *conn) request(ctx context.Context, req *zdspb.WorkloadRequest, kind, ui
 		}
 		return nil
 	case <-timer.C:
-		err := fmt.Errorf("no ack for %s %s within %v", kind, uid, c.ackTimeout)
+		err := fmt.Errorf("no ack for %s within %v", kind, c.ackTimeout)
 		c.close(err)
 		return err
 	case <-ctx.Done():
-		err := fmt.Errorf("%s %s abandoned while waiting for ack: %w", kind, uid, context.Cause(ctx))
+		err := fmt.Errorf("%s abandoned while waiting for ack: %w", kind, context.Cause(ctx))
 		c.close(err)
 		return err
 	case <-c.done:

@@ -33,7 +33,7 @@ type NackError struct {
 }
 
 func (e *NackError) Error() string {
-	return fmt.Sprintf("ztunnel refused %s for %s: %s", e.Request, e.UID, e.Reason)
+	return fmt.Sprintf("ztunnel refused %s: %s", e.Request, e.Reason)
 }
 
 // Config configures the server.
@@ -82,12 +82,11 @@ type Server struct {
 
 var _ enroll.ProxyLink = (*Server)(nil)
 
-// workload is one registry entry. fd is a dup the server owns; -1 for a
-// workload replayed as Keep, or once retired.
+// workload is one registry entry. fd is a dup the server owns; -1 once
+// retired.
 type workload struct {
 	uid  string
 	info *zdspb.WorkloadInfo
-	keep bool
 
 	mu      sync.RWMutex // write-locked to retire; read-locked around a send of fd
 	fd      int
@@ -320,40 +319,30 @@ func workloadInfo(w *enroll.Workload) *zdspb.WorkloadInfo {
 // workload is not registered.
 func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload, h enroll.Handover) error {
 	if ew.Netns == nil {
-		return fmt.Errorf("zds: add %s: workload has no netns", ew.UID)
+		return errors.New("zds add: workload has no netns")
 	}
-	fd, err := unix.FcntlInt(ew.Netns.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	fd := -1
+	err := ew.Netns.WithFd(func(nsfd int) error {
+		var err error
+		fd, err = unix.FcntlInt(uintptr(nsfd), unix.F_DUPFD_CLOEXEC, 0)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("zds: add %s: dup netns fd: %w", ew.UID, err)
+		return fmt.Errorf("zds add: dup netns fd: %w", err)
 	}
 	w := &workload{uid: ew.UID, info: workloadInfo(ew), fd: fd}
 	c, err := s.register(w, h == enroll.HandoverDeferred)
 	if err != nil {
-		return fmt.Errorf("zds: add %s: %w", ew.UID, err)
+		return fmt.Errorf("zds add: %w", err)
 	}
 	if c == nil {
 		return nil // deferred: the next connection's snapshot carries it
 	}
 	if err := c.send(ctx, w); err != nil {
 		s.unregister(ctx, w, c)
-		return fmt.Errorf("zds: add %s: %w", ew.UID, err)
+		return fmt.Errorf("zds add: %w", err)
 	}
 	return nil
-}
-
-// KeepWorkload registers a workload whose netns the agent does not hold
-// (known enrolled, e.g. from a checkpoint): snapshots replay it as Keep so
-// ztunnel keeps what it has. Nothing is sent now.
-func (s *Server) KeepWorkload(uid, name, namespace, serviceAccount string) {
-	w := &workload{uid: uid, keep: true, fd: -1,
-		info: &zdspb.WorkloadInfo{Name: name, Namespace: namespace, ServiceAccount: serviceAccount}}
-	s.mu.Lock()
-	old := s.workloads[uid]
-	s.workloads[uid] = w
-	s.mu.Unlock()
-	if old != nil {
-		old.retire()
-	}
 }
 
 // register puts w in the registry and picks the newest connection. With
@@ -435,7 +424,7 @@ func (s *Server) DelWorkload(ctx context.Context, uid string) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("zds: del %s: %w", uid, err)
+		return fmt.Errorf("zds del: %w", err)
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -47,19 +46,31 @@ func Open(t testing.TB) *netns.Handle {
 }
 
 // Create makes a new network namespace bind-mounted at path (a file is
-// created there). It works on a dedicated locked thread, so no goroutine of
-// the caller ever runs in the new namespace.
+// created there). The namespace is made on a thread of netns.RunIn's, which
+// returns that thread to the process's namespace afterwards, so no
+// goroutine of the caller ever runs in the new namespace.
 func Create(path string) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDONLY, 0o444)
 	if err != nil {
 		return fmt.Errorf("create mount point: %w", err)
 	}
 	_ = f.Close()
-	errc := make(chan error, 1)
-	// Everything, including closing the origin fd, happens before the
-	// result is sent: the caller must not see a transient namespace fd.
-	go func() { errc <- createLocked(path) }()
-	if err := <-errc; err != nil {
+	self, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		_ = os.Remove(path)
+		return fmt.Errorf("open the process's netns: %w", err)
+	}
+	defer self.Close()
+	err = netns.RunIn(int(self.Fd()), func() error {
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			return fmt.Errorf("unshare: %w", err)
+		}
+		if err := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind mount netns at %s: %w", path, err)
+		}
+		return nil
+	})
+	if err != nil {
 		_ = os.Remove(path)
 		return err
 	}
@@ -77,30 +88,21 @@ func Destroy(path string) error {
 	return nil
 }
 
-// createLocked runs on its own goroutine; the thread is discarded if it
-// cannot return to its original namespace.
-func createLocked(path string) error {
-	runtime.LockOSThread()
-	origin, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open current netns: %w", err)
+// Run runs fn inside the namespace h holds (netns.RunIn on its fd).
+func Run(h *netns.Handle, fn func() error) error {
+	return h.WithFd(func(fd int) error { return netns.RunIn(fd, fn) })
+}
+
+// Fd returns h's descriptor for APIs that take one (netlink handles, a
+// redirector's node namespace). It stays valid while h is open: tests
+// close their handles at cleanup, after everything that uses it.
+func Fd(t testing.TB, h *netns.Handle) int {
+	t.Helper()
+	fd := -1
+	if err := h.WithFd(func(d int) error { fd = d; return nil }); err != nil {
+		t.Fatalf("netns %s: %v", h, err)
 	}
-	defer unix.Close(origin)
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("unshare: %w", err)
-	}
-	mountErr := unix.Mount("/proc/thread-self/ns/net", path, "", unix.MS_BIND, "")
-	if err := unix.Setns(origin, unix.CLONE_NEWNET); err != nil {
-		// Leave the thread locked: the runtime discards it.
-		return fmt.Errorf("return to origin netns: %w", err)
-	}
-	runtime.UnlockOSThread()
-	if mountErr != nil {
-		return fmt.Errorf("bind mount netns at %s: %w", path, mountErr)
-	}
-	return nil
+	return fd
 }
 
 // HeldNetns returns, for the process pid (0: this process), how many open
@@ -142,7 +144,7 @@ func Dial(ctx context.Context, nsPath, network, addr string) (net.Conn, error) {
 	}
 	defer h.Close()
 	var c net.Conn
-	err = h.Do(func() error {
+	err = Run(h, func() error {
 		var err error
 		c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 		return err
@@ -158,7 +160,7 @@ func Listen(nsPath, network, addr string) (net.Listener, error) {
 	}
 	defer h.Close()
 	var l net.Listener
-	err = h.Do(func() error {
+	err = Run(h, func() error {
 		var err error
 		l, err = net.Listen(network, addr)
 		return err

@@ -1,0 +1,198 @@
+package enroll
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSettingsPrecedence: each setting comes from the first source that
+// sets it (a claim's, then the pod's annotations), else the node default.
+func TestSettingsPrecedence(t *testing.T) {
+	on, off := true, false
+	cases := []struct {
+		name        string
+		claim       SettingsOverride
+		annotations map[string]string
+		want        Settings
+	}{
+		{"node defaults", SettingsOverride{}, nil, Settings{DNSCapture: true}},
+		{"annotation over default", SettingsOverride{}, map[string]string{"dns": "off"}, Settings{}},
+		{"claim over annotation", SettingsOverride{DNSCapture: &on}, map[string]string{"dns": "off"}, Settings{DNSCapture: true}},
+		{"claim sets one field, default the other", SettingsOverride{BypassInbound: &on}, nil, Settings{DNSCapture: true, BypassInbound: true}},
+		{"claim off over default on", SettingsOverride{DNSCapture: &off}, map[string]string{"dns": "on"}, Settings{}},
+		{"unusable annotation keeps default", SettingsOverride{}, map[string]string{"dns": "maybe"}, Settings{DNSCapture: true}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.core.ports.Settings = []SettingsSource{fixedSettings(c.claim), annotationSettings{}}
+			p := h.pod("a", 1, meshOn)
+			p.Annotations = c.annotations
+			if _, err := h.core.Enroll(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+			records, _ := h.core.Records()
+			if len(records) != 1 || records[0].Settings != c.want {
+				t.Fatalf("records %+v, want one with settings %+v", records, c.want)
+			}
+		})
+	}
+}
+
+// TestRecordIsWhatWasEnrolled: the published record carries the pod's
+// identity, netns, addresses, settings and the redirector's account, and
+// its generation moves exactly when the set of records changes.
+func TestRecordIsWhatWasEnrolled(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	p.IPs = []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	_, gen0 := h.core.Records()
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	records, gen1 := h.core.Records()
+	want := Record{UID: "a", Name: "name-a", Namespace: "default", ServiceAccount: "sa-name-a", NetnsInode: 100,
+		IPs: p.IPs, Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"}
+	if len(records) != 1 || !records[0].sameEnrollment(&want) || records[0].Redirection != want.Redirection {
+		t.Fatalf("records %+v, want [%+v]", records, want)
+	}
+	if gen1 == gen0 {
+		t.Fatal("generation did not move when a pod was enrolled")
+	}
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, gen := h.core.Records(); gen != gen1 {
+		t.Fatal("generation moved on a no-op Enroll")
+	}
+	if err := h.core.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if records, gen := h.core.Records(); len(records) != 0 || gen == gen1 {
+		t.Fatalf("after release: records %+v, generation moved %t", records, gen != gen1)
+	}
+}
+
+// TestCheckpointedPodIsAdopted: a pod a previous agent enrolled, back with
+// the same netns, addresses and settings, is handed to the redirector with
+// its record (once); a pod whose rules would differ is not.
+func TestCheckpointedPodIsAdopted(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	prior := func(uid string, inode uint64, dns bool) Record {
+		return Record{UID: uid, Name: "name-" + uid, Namespace: "default", ServiceAccount: "old-sa", NetnsInode: inode,
+			IPs: ip, Settings: Settings{DNSCapture: dns}, Redirection: "fake dns=" + map[bool]string{true: "true", false: "false"}[dns]}
+	}
+	h := newHarness(t, prior("same", 1, true), prior("newns", 99, true), prior("newsettings", 3, false), prior("gone", 4, true))
+	var pods []Pod
+	for i, uid := range []string{"same", "newns", "newsettings"} {
+		p := h.pod(uid, uint64(i+1), meshOn)
+		p.IPs = ip
+		pods = append(pods, p)
+	}
+	if err := h.core.Reconcile(ctx, pods); err != nil {
+		t.Fatal(err)
+	}
+	got := h.rec.take()
+	slices.Sort(got)
+	want := []string{
+		"add newns inode=2 sa=sa-name-newns", "add newsettings inode=3 sa=sa-name-newsettings", "add same inode=1 sa=sa-name-same",
+		"adopt same inode=1", "apply newns inode=2 dns=true", "apply newsettings inode=3 dns=true",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("calls\n got  %q\n want %q", got, want)
+	}
+	// The record is used once: a later change re-applies from scratch.
+	if err := h.core.Release(ctx, "same"); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if _, err := h.core.Enroll(ctx, pods[0]); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "apply same inode=1 dns=true", "add same inode=1 sa=sa-name-same")
+	// The pod that is gone is not adopted later under the same UID.
+	gone := h.pod("gone", 4, meshOn)
+	gone.IPs = ip
+	if _, err := h.core.Enroll(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "apply gone inode=4 dns=true", "add gone inode=4 sa=sa-name-gone")
+}
+
+// TestDeadlineBoundsTheEnrollment: once the caller's deadline has passed,
+// no further step starts; the enrollment fails at the step it did not
+// reach, rolls back and names the cause.
+func TestDeadlineBoundsTheEnrollment(t *testing.T) {
+	cause := errors.New("enrollment exceeded --enroll-timeout")
+	h := newHarness(t)
+	var cancel context.CancelCauseFunc
+	h.redir.hook = func(string) { cancel(cause) } // Apply runs past the deadline
+	cctx, c := context.WithCancelCause(ctx)
+	cancel = c
+	res, err := h.core.Enroll(cctx, h.pod("a", 100, meshOn))
+	if res.Enrolled || FailedStep(err) != StepProxy || !errors.Is(err, ErrOutOfTime) || !errors.Is(err, cause) {
+		t.Fatalf("Enroll = %+v, %v; want a ztunnel-step failure, out of time, with the cause", res, err)
+	}
+	// The Add never started; the rules that went in came out again.
+	wantCalls(t, h, "apply a inode=100 dns=true", "remove a inode=100 scope=all")
+	if h.opener.openCount() != 0 || h.redir.has("a") {
+		t.Fatal("a timed-out enrollment left a netns held or rules behind")
+	}
+
+	// A deadline that passed during resolve stops before the netns is opened.
+	h.redir.hook = nil
+	done, c2 := context.WithCancelCause(ctx)
+	c2(cause)
+	if _, err := h.core.Enroll(done, h.pod("b", 200, meshOn)); FailedStep(err) != StepNetns || !errors.Is(err, cause) {
+		t.Fatalf("Enroll after the deadline = %v, want a netns-step failure with the cause", err)
+	}
+	wantCalls(t, h)
+}
+
+// TestReadersDoNotWaitForAPod: status, the pod list and the records are
+// read while an enrollment holds the pod's lock (a hook in progress).
+func TestReadersDoNotWaitForAPod(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.core.Enroll(ctx, h.pod("a", 1, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	h.redir.hook = func(uid string) {
+		if uid == "b" {
+			close(inside)
+			<-release
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.core.Enroll(ctx, h.pod("b", 2, meshOn))
+		done <- err
+	}()
+	<-inside
+	read := make(chan string, 1)
+	go func() {
+		st, _ := h.core.Status("b")
+		records, _ := h.core.Records()
+		read <- st.State.String() + " " + strings.Repeat("r", len(records)) + " " + strings.Repeat("p", len(h.core.Pods()))
+	}()
+	select {
+	case got := <-read:
+		if got != "pending r pp" {
+			t.Fatalf("read %q while b is being enrolled, want b pending, one record (a), two pods", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("readers waited for the pod's lock")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if records, _ := h.core.Records(); len(records) != 2 {
+		t.Fatalf("%d records after both enrolled, want 2", len(records))
+	}
+}
