@@ -31,7 +31,7 @@ test: deps
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	  $(GO) test $(TEST_FLAGS) ./...
 
-## bench: every benchmark the issues name, repeated for benchstat (bench.txt)
+## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
 bench: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && { \

@@ -13,7 +13,9 @@ import (
 )
 
 // healthHandler serves /healthz (the process is alive) and /readyz (the
-// node can enroll pods: runtime connected and ZDS socket listening).
+// node can enroll pods: ZDS socket serving, the API informers synced when
+// an API server is used, the runtime connected over NRI); ready says why
+// not.
 func healthHandler(ready func() error) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {

@@ -108,8 +108,14 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 
 	// No ztunnel yet: a mesh pod must not be reported enrolled.
-	if _, err := core.Enroll(ctx, pods[0]); enroll.FailedStep(err) != enroll.StepProxy {
+	_, err = core.Enroll(ctx, pods[0])
+	if enroll.FailedStep(err) != enroll.StepProxy {
 		t.Fatalf("Enroll without ztunnel = %v, want a ztunnel failure", err)
+	}
+	// The error names the pod once, the step and the cause, as every port
+	// leaves the pod's name to the core.
+	if want := "enroll pod uid-a: ztunnel: zds add: no ztunnel connected"; err.Error() != want {
+		t.Fatalf("error %q, want %q", err, want)
 	}
 	if got := podFds(t, pods); got != 0 {
 		t.Fatalf("failed enrollment left %d fds on pod namespaces open", got)

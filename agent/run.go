@@ -20,8 +20,9 @@ import (
 
 // Run runs the daemon until ctx ends or a component fails. Shutdown is
 // ordered: the NRI plugin goes first (no new pods), then the API watchers,
-// then the ZDS server, then the HTTP endpoints. Enrolled pods keep their rules: an agent restart
-// or upgrade must not unmesh running pods (the next agent re-adopts them at
+// then the checkpoint writer (a last write), then the ZDS server, then the
+// HTTP endpoints. Enrolled pods keep their rules: an agent restart or
+// upgrade must not unmesh running pods (the next agent re-adopts them at
 // Synchronize, and ztunnel keeps proxying meanwhile).
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)

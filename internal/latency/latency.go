@@ -1,5 +1,5 @@
 // Package latency reports per-operation latency quantiles from a
-// benchmark, next to the mean that testing.B reports: the issues' targets
+// benchmark, next to the mean that testing.B reports: latency targets
 // are p50/p99, and a mean hides the tail.
 package latency
 
