@@ -383,14 +383,18 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	if err != nil {
 		return c.fail(ctx, s, StepNetns, err)
 	}
-	want := &Workload{Netns: ns, Record: Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
-		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}}
+	rec := Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
+		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}
 
-	if old := s.enrolled; old != nil {
-		if old.sameEnrollment(&want.Record) {
-			_ = ns.Close()
-			return Result{Enrolled: true, Reason: d.Reason}, nil
-		}
+	old := s.enrolled
+	if old != nil && old.sameEnrollment(&rec) {
+		// The common case (Synchronize after a restart, the CreateContainer
+		// gate, watchers): nothing allocated, nothing changed.
+		_ = ns.Close()
+		return Result{Enrolled: true, Reason: d.Reason}, nil
+	}
+	want := &Workload{Record: rec, Netns: ns}
+	if old != nil {
 		// A new netns means a new sandbox: the old one is going away, so
 		// only node-side state is removed. Same netns with new settings:
 		// take the old rules out before putting the new ones in.

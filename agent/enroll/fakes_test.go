@@ -56,8 +56,9 @@ func (labelPolicy) Decide(pod *Pod, info PodInfo) Decision {
 // the next source, with a warning.
 type annotationSettings struct{}
 
+var on, off = true, false
+
 func (annotationSettings) PodSettings(pod *Pod, _ PodInfo) (SettingsOverride, []string) {
-	var on, off = true, false
 	switch v, ok := pod.Annotations["dns"]; {
 	case !ok:
 		return SettingsOverride{}, nil

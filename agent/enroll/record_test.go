@@ -13,7 +13,6 @@ import (
 // TestSettingsPrecedence: each setting comes from the first source that
 // sets it (a claim's, then the pod's annotations), else the node default.
 func TestSettingsPrecedence(t *testing.T) {
-	on, off := true, false
 	cases := []struct {
 		name        string
 		claim       SettingsOverride
