@@ -11,6 +11,7 @@ import (
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/internal/flagenum"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -29,14 +30,7 @@ const (
 )
 
 // Set implements flag.Value.
-func (m *Mode) Set(s string) error {
-	switch Mode(s) {
-	case ModeAuto, ModeNRI:
-		*m = Mode(s)
-		return nil
-	}
-	return fmt.Errorf("unknown mode %q (want auto or nri; cni comes with the CNI fallback)", s)
-}
+func (m *Mode) Set(s string) error { return flagenum.New(m, "mode", ModeAuto, ModeNRI).Set(s) }
 
 func (m *Mode) String() string { return string(*m) }
 
@@ -78,7 +72,7 @@ func DefaultConfig() Config {
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
-	fs.Var(&c.Mode, "mode", "pod source: auto or nri")
+	fs.Var(&c.Mode, "mode", "pod source: auto or nri (cni comes with the CNI fallback)")
 	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
 	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
 	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")

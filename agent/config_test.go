@@ -96,13 +96,17 @@ func TestValidateNamesFlag(t *testing.T) {
 }
 
 func TestEnumFlagsRejectUnknownValues(t *testing.T) {
-	for _, arg := range []string{"--mode=cni", "--redirect-backend=ebpf", "--iptables-variant=new"} {
+	for arg, want := range map[string]string{
+		"--mode=cni":              `unknown mode "cni" (want auto or nri)`,
+		"--redirect-backend=ebpf": `unknown redirect backend "ebpf" (want nftables or iptables)`,
+		"--iptables-variant=new":  `unknown iptables variant "new" (want auto, nft or legacy)`,
+	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		cfg := DefaultConfig()
 		cfg.AddFlags(fs)
-		if err := fs.Parse([]string{arg}); err == nil {
-			t.Errorf("%s accepted", arg)
+		if err := fs.Parse([]string{arg}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %s", arg, err, want)
 		}
 	}
 }
