@@ -5,9 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
@@ -107,6 +111,12 @@ func (c *Config) Validate() error {
 	if c.NRI.SocketPath == "" {
 		return errors.New("--nri-socket must not be empty")
 	}
+	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}} {
+		if len(s.path) > maxSocketPath {
+			return fmt.Errorf("%s=%q is %d bytes, longer than the %d a Unix socket path may have (sun_path is %d bytes, NUL included)",
+				s.flag, s.path, len(s.path), maxSocketPath, maxSocketPath+1)
+		}
+	}
 	if len(c.NRI.Index) != 2 || c.NRI.Index[0] < '0' || c.NRI.Index[0] > '9' || c.NRI.Index[1] < '0' || c.NRI.Index[1] > '9' {
 		return fmt.Errorf("--nri-plugin-index=%q: want two digits, e.g. 10", c.NRI.Index)
 	}
@@ -127,7 +137,43 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
+	// Last: the only check that looks at the node's filesystem.
+	if err := checkStateDir(c.StateDir); err != nil {
+		return fmt.Errorf("--state-dir=%q: %w", c.StateDir, err)
+	}
 	return nil
+}
+
+// maxSocketPath is the longest Unix socket path bind and connect take:
+// sun_path (108 bytes on Linux) holds it and its terminating NUL. Longer
+// paths fail late with a bare "invalid argument".
+const maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
+
+// checkStateDir refuses a state directory the checkpoint writer could never
+// use, which would otherwise fail on every write while pods run unsaved.
+// A missing directory is fine (it is created) if its nearest existing
+// ancestor is a writable directory.
+func checkStateDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if (errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR)) && filepath.Dir(p) != p {
+			continue // created on start-up: look at what it is created in
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			if p == filepath.Clean(dir) {
+				return errors.New("exists and is not a directory")
+			}
+			return fmt.Errorf("cannot be created: %s is not a directory", p)
+		}
+		// W_OK also catches a read-only mount, which root is not exempt from.
+		if err := unix.Access(p, unix.W_OK|unix.X_OK); err != nil {
+			return fmt.Errorf("%s is not writable: %w", p, err)
+		}
+		return nil
+	}
 }
 
 // EnvName is the environment variable for a flag.
