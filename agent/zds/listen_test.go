@@ -27,8 +27,8 @@ func TestFailedListenLeavesNoDirectoryBehind(t *testing.T) {
 	}
 }
 
-// A directory that another process fills meanwhile is not removed.
-func TestFailedListenKeepsNonEmptyDirectory(t *testing.T) {
+// A Listen that fails in a directory that existed before removes nothing.
+func TestFailedListenKeepsWhatExisted(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sockets")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
