@@ -5,13 +5,19 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/internal/flagenum"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -30,14 +36,7 @@ const (
 )
 
 // Set implements flag.Value.
-func (m *Mode) Set(s string) error {
-	switch Mode(s) {
-	case ModeAuto, ModeNRI:
-		*m = Mode(s)
-		return nil
-	}
-	return fmt.Errorf("unknown mode %q (want auto or nri; cni comes with the CNI fallback)", s)
-}
+func (m *Mode) Set(s string) error { return flagenum.New(m, "mode", ModeAuto, ModeNRI).Set(s) }
 
 func (m *Mode) String() string { return string(*m) }
 
@@ -54,7 +53,8 @@ type Config struct {
 	// Redirect selects the in-pod rule backend.
 	Redirect redirect.Config
 	// Standalone runs without an API server: policy sees only the pod's
-	// own labels and every service account is reported as "default".
+	// own labels and every service account is reported as
+	// enroll.DefaultServiceAccount.
 	Standalone bool
 	// Kubeconfig is the API server configuration; empty: in-cluster.
 	Kubeconfig string
@@ -82,13 +82,13 @@ func DefaultConfig() Config {
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
-	fs.Var(&c.Mode, "mode", "pod source: auto or nri")
+	fs.Var(&c.Mode, "mode", "pod source: auto or nri (cni comes with the CNI fallback)")
 	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
 	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
 	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
 	fs.Var(&c.Redirect.Backend, "redirect-backend", "in-pod rules: nftables or iptables")
 	fs.Var(&c.Redirect.IptablesVariant, "iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
-	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as \"default\", no status annotation")
+	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as "+strconv.Quote(enroll.DefaultServiceAccount)+", no status annotation")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the checkpoint of enrolled pods (lets a restarted meshlet adopt running pods' rules)")
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
@@ -114,6 +114,12 @@ func (c *Config) Validate() error {
 	if c.NRI.SocketPath == "" {
 		return errors.New("--nri-socket must not be empty")
 	}
+	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}} {
+		if len(s.path) > maxSocketPath {
+			return fmt.Errorf("%s=%q is %d bytes, longer than the %d a Unix socket path may have (sun_path is %d bytes, NUL included)",
+				s.flag, s.path, len(s.path), maxSocketPath, maxSocketPath+1)
+		}
+	}
 	if len(c.NRI.Index) != 2 || c.NRI.Index[0] < '0' || c.NRI.Index[0] > '9' || c.NRI.Index[1] < '0' || c.NRI.Index[1] > '9' {
 		return fmt.Errorf("--nri-plugin-index=%q: want two digits, e.g. 10", c.NRI.Index)
 	}
@@ -134,7 +140,43 @@ func (c *Config) Validate() error {
 	if err := c.Policy.Validate(); err != nil {
 		return err
 	}
+	// Last: the only check that looks at the node's filesystem.
+	if err := checkStateDir(c.StateDir); err != nil {
+		return fmt.Errorf("--state-dir=%q: %w", c.StateDir, err)
+	}
 	return nil
+}
+
+// maxSocketPath is the longest Unix socket path bind and connect take:
+// sun_path (108 bytes on Linux) holds it and its terminating NUL. Longer
+// paths fail late with a bare "invalid argument".
+const maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
+
+// checkStateDir refuses a state directory the checkpoint writer could never
+// use, which would otherwise fail on every write while pods run unsaved.
+// A missing directory is fine (it is created) if its nearest existing
+// ancestor is a writable directory.
+func checkStateDir(dir string) error {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if (errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR)) && filepath.Dir(p) != p {
+			continue // created on start-up: look at what it is created in
+		}
+		if err != nil {
+			return err
+		}
+		if !fi.IsDir() {
+			if p == filepath.Clean(dir) {
+				return errors.New("exists and is not a directory")
+			}
+			return fmt.Errorf("cannot be created: %s is not a directory", p)
+		}
+		// W_OK also catches a read-only mount, which root is not exempt from.
+		if err := unix.Access(p, unix.W_OK|unix.X_OK); err != nil {
+			return fmt.Errorf("%s is not writable: %w", p, err)
+		}
+		return nil
+	}
 }
 
 // EnvName is the environment variable for a flag.

@@ -2,7 +2,11 @@ package agent
 
 import (
 	"flag"
+	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -56,6 +60,9 @@ func TestDefaultsAreIstios(t *testing.T) {
 		t.Fatalf("defaults without a node name: %v, want an error naming --node-name", err)
 	}
 	cfg.NodeName = "n"
+	if os.Geteuid() != 0 {
+		cfg.StateDir = t.TempDir() // only root may create the default under /var/lib
+	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -90,13 +97,92 @@ func TestValidateNamesFlag(t *testing.T) {
 }
 
 func TestEnumFlagsRejectUnknownValues(t *testing.T) {
-	for _, arg := range []string{"--mode=cni", "--redirect-backend=ebpf", "--iptables-variant=new"} {
+	for arg, want := range map[string]string{
+		"--mode=cni":              `unknown mode "cni" (want auto or nri)`,
+		"--redirect-backend=ebpf": `unknown redirect backend "ebpf" (want nftables or iptables)`,
+		"--iptables-variant=new":  `unknown iptables variant "new" (want auto, nft or legacy)`,
+	} {
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		cfg := DefaultConfig()
 		cfg.AddFlags(fs)
-		if err := fs.Parse([]string{arg}); err == nil {
-			t.Errorf("%s accepted", arg)
+		if err := fs.Parse([]string{arg}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %s", arg, err, want)
 		}
+	}
+}
+
+func TestStateDirMustBeADirectory(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]string{
+		file:                                 "exists and is not a directory",
+		filepath.Join(file, "sub"):           file + " is not a directory",
+		tmp:                                  "",
+		filepath.Join(tmp, "missing", "sub"): "", // created on start-up
+	} {
+		cfg, err := parse(t, []string{"--standalone", "--state-dir=" + dir}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = cfg.Validate()
+		if want == "" {
+			if err != nil {
+				t.Errorf("--state-dir=%s: %v", dir, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), want) {
+			t.Errorf("--state-dir=%s: Validate = %v, want an error naming --state-dir saying %q", dir, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(tmp, "missing")); err == nil {
+		t.Error("Validate created the state directory")
+	}
+}
+
+func TestStateDirMustBeWritable(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root writes to any directory on a writable mount")
+	}
+	ro := filepath.Join(t.TempDir(), "ro")
+	if err := os.Mkdir(ro, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parse(t, []string{"--standalone", "--state-dir=" + filepath.Join(ro, "state")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), "not writable") {
+		t.Fatalf("Validate = %v, want an error naming --state-dir saying not writable", err)
+	}
+}
+
+func TestSocketPathLengthIsChecked(t *testing.T) {
+	dir := "/" + strings.Repeat("d", 50) + "/"
+	fits := dir + strings.Repeat("s", maxSocketPath-len(dir))
+	tooLong := fits + "s"
+	for _, flagName := range []string{"--ztunnel-socket", "--nri-socket"} {
+		cfg, err := parse(t, []string{"--standalone", "--state-dir=" + t.TempDir(), flagName + "=" + fits}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("%s of %d bytes: %v", flagName, len(fits), err)
+		}
+		cfg, err = parse(t, []string{"--standalone", flagName + "=" + tooLong}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := fmt.Sprintf("sun_path is %d bytes", maxSocketPath+1)
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), flagName) || !strings.Contains(err.Error(), limit) {
+			t.Errorf("%s of %d bytes: Validate = %v, want an error naming %s and saying %q", flagName, len(tooLong), err, flagName, limit)
+		}
+	}
+	if runtime.GOOS == "linux" && maxSocketPath != 107 {
+		t.Errorf("maxSocketPath = %d, want 107 on Linux (sun_path is 108 bytes)", maxSocketPath)
 	}
 }

@@ -7,7 +7,7 @@ import (
 )
 
 // standaloneResolver serves nodes without an API server connection: the
-// service account is reported as "default" and namespaces have no labels,
+// service account is reported as enroll.DefaultServiceAccount and namespaces have no labels,
 // so only a pod's own labels select it.
 type standaloneResolver struct{}
 

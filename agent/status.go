@@ -12,10 +12,6 @@ type logStatus struct{ logger klog.Logger }
 
 var _ enroll.StatusReporter = logStatus{}
 
-var statusNames = map[enroll.RedirectionStatus]string{
-	enroll.RedirectionPending: "pending", enroll.RedirectionEnabled: "enabled", enroll.RedirectionRemoved: "removed",
-}
-
 func (s logStatus) Report(pod enroll.PodRef, st enroll.RedirectionStatus) {
-	s.logger.V(2).Info("Redirection status", "pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "status", statusNames[st])
+	s.logger.V(2).Info("Redirection status", "pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "status", st.String())
 }

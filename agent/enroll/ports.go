@@ -110,6 +110,21 @@ const (
 	RedirectionRemoved
 )
 
+// String is the status's name in logs and, for pending and enabled, the
+// value of the pod's redirection annotation that istiod reads: the names
+// are part of that contract and must not change.
+func (s RedirectionStatus) String() string {
+	switch s {
+	case RedirectionPending:
+		return "pending"
+	case RedirectionEnabled:
+		return "enabled"
+	case RedirectionRemoved:
+		return "removed"
+	}
+	return "unknown"
+}
+
 // PodRef names a pod for status reporting.
 type PodRef struct {
 	UID       string

@@ -23,8 +23,9 @@ type Pod struct {
 	IPs       []netip.Addr
 }
 
-// DefaultServiceAccount is the service account reported for a pod whose
-// own is unknown (no API server, or not yet answered): Kubernetes' default.
+// DefaultServiceAccount is the service account of a pod that names none;
+// it is also reported for a pod whose real one is not known (standalone,
+// or the API server unreachable).
 const DefaultServiceAccount = "default"
 
 // PodInfo is what the core learns about a pod from outside its sandbox:

@@ -50,7 +50,7 @@ func BenchmarkResolveAPIDown(b *testing.B) {
 		info, err := w.Resolve(hook, &sb)
 		lat = append(lat, time.Since(start))
 		cancel()
-		if err != nil || info.ServiceAccount != "default" {
+		if err != nil || info.ServiceAccount != enroll.DefaultServiceAccount {
 			b.Fatalf("Resolve = %+v, %v", info, err)
 		}
 	}

@@ -496,8 +496,8 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 	if res, err := core.Enroll(hookCtx, sandbox(p)); err != nil || !res.Enrolled {
 		t.Fatalf("Enroll with the API down = %+v, %v", res, err)
 	}
-	if sa, _ := ports.sa(string(p.UID)); sa != "default" {
-		t.Fatalf("service account %q while the API is down, want default", sa)
+	if sa, _ := ports.sa(string(p.UID)); sa != enroll.DefaultServiceAccount {
+		t.Fatalf("service account %q while the API is down, want %q", sa, enroll.DefaultServiceAccount)
 	}
 	must(t, api.StartAPIServer())
 	restarted = true

@@ -127,10 +127,8 @@ func (p *StatusPatcher) drain(ctx context.Context, logger klog.Logger) time.Time
 func (p *StatusPatcher) patch(ctx context.Context, it *statusItem) error {
 	var value any // nil removes the annotation
 	switch it.status {
-	case enroll.RedirectionPending:
-		value = "pending"
-	case enroll.RedirectionEnabled:
-		value = "enabled"
+	case enroll.RedirectionPending, enroll.RedirectionEnabled:
+		value = it.status.String()
 	}
 	// The uid is a precondition: a recreated pod with the same name is not
 	// patched with its predecessor's status.

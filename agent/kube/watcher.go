@@ -176,12 +176,12 @@ func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo,
 		w.mu.Unlock()
 		klog.FromContext(ctx).Info("Pod not known to the API server; deciding from the sandbox's labels",
 			"pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
-		info.ServiceAccount = "default"
+		info.ServiceAccount = enroll.DefaultServiceAccount
 		return info, nil
 	}
 	info.ServiceAccount = apiPod.Spec.ServiceAccountName
 	if info.ServiceAccount == "" {
-		info.ServiceAccount = "default"
+		info.ServiceAccount = enroll.DefaultServiceAccount
 	}
 	info.PodLabels, info.PodAnnotations = nonNil(apiPod.Labels), nonNil(apiPod.Annotations)
 	return info, nil

@@ -1,9 +1,6 @@
 package redirect
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/meshlet/meshlet/internal/flagenum"
 
 // Backend names an in-pod rule backend.
 type Backend string
@@ -15,12 +12,7 @@ const (
 
 // Set implements flag.Value.
 func (b *Backend) Set(s string) error {
-	switch Backend(s) {
-	case BackendNftables, BackendIptables:
-		*b = Backend(s)
-		return nil
-	}
-	return fmt.Errorf("unknown redirect backend %q (want nftables or iptables)", s)
+	return flagenum.New(b, "redirect backend", BackendNftables, BackendIptables).Set(s)
 }
 
 func (b *Backend) String() string { return string(*b) }
@@ -36,12 +28,7 @@ const (
 
 // Set implements flag.Value.
 func (v *IptablesVariant) Set(s string) error {
-	switch IptablesVariant(strings.ToLower(s)) {
-	case VariantAuto, VariantNft, VariantLegacy:
-		*v = IptablesVariant(strings.ToLower(s))
-		return nil
-	}
-	return fmt.Errorf("unknown iptables variant %q (want auto, nft or legacy)", s)
+	return flagenum.New(v, "iptables variant", VariantAuto, VariantNft, VariantLegacy).Set(s)
 }
 
 func (v *IptablesVariant) String() string { return string(*v) }

@@ -107,12 +107,19 @@ func (w *workload) retire() {
 }
 
 // Listen creates the socket (removing a stale one) with cfg.SocketMode.
-// Call Serve to accept connections.
-func Listen(cfg Config) (*Server, error) {
+// Call Serve to accept connections. A failed Listen removes the
+// directories it created for the socket, and only those.
+func Listen(cfg Config) (_ *Server, err error) {
 	cfg.setDefaults()
-	if err := os.MkdirAll(filepath.Dir(cfg.SocketPath), 0o755); err != nil {
+	undo, err := mkdirAll(filepath.Dir(cfg.SocketPath), 0o755)
+	if err != nil {
 		return nil, fmt.Errorf("zds: create socket dir: %w", err)
 	}
+	defer func() {
+		if err != nil {
+			undo()
+		}
+	}()
 	if err := removeStaleSocket(cfg.SocketPath); err != nil {
 		return nil, err
 	}

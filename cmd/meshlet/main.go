@@ -6,8 +6,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"k8s.io/klog/v2"
@@ -15,32 +17,38 @@ import (
 	"github.com/meshlet/meshlet/agent"
 )
 
-func main() { os.Exit(run()) }
+func main() { os.Exit(run(os.Args[1:], os.Environ(), os.Stderr)) }
 
-func run() int {
+// run is the daemon; it returns the exit status: 2 for a setting that
+// cannot work, before anything starts.
+func run(args, environ []string, stderr io.Writer) int {
+	defer klog.Flush()
 	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	addLogFlags(fs)
 	cfg := agent.DefaultConfig()
 	cfg.AddFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
+	agent.DescribeEnv(fs)
+	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		return 2
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "meshlet: unexpected arguments %q\n", fs.Args())
+		fmt.Fprintf(stderr, "meshlet: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
-	if err := agent.ApplyEnv(fs, os.LookupEnv); err != nil {
-		fmt.Fprintf(os.Stderr, "meshlet: %v\n", err)
+	// Before the checks below: a misspelt variable may be why they fail.
+	agent.WarnUnknownEnv(klog.Background(), fs, environ)
+	if err := agent.ApplyEnv(fs, lookupIn(environ)); err != nil {
+		fmt.Fprintf(stderr, "meshlet: %v\n", err)
 		return 2
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "meshlet: %v\n", err)
+		fmt.Fprintf(stderr, "meshlet: %v\n", err)
 		return 2
 	}
-	defer klog.Flush()
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -50,6 +58,20 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// lookupIn is os.LookupEnv over environ ("NAME=value" entries, as
+// os.Environ returns), so that tests pass their own environment.
+func lookupIn(environ []string) func(string) (string, bool) {
+	env := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			if _, dup := env[k]; !dup { // the first wins, as in os.Getenv
+				env[k] = v
+			}
+		}
+	}
+	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 }
 
 // addLogFlags exposes klog's verbosity flags (-v, -vmodule) only: meshlet

@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"flag"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/klog/v2"
+)
+
+// NonFlagEnv are the MESHLET_* variables that are not a flag's: they
+// configure the test harness and its install scripts (binaries' and
+// downloads' directories), and reach meshlet's environment when the tests
+// start it. They are not warned about.
+var NonFlagEnv = []string{"MESHLET_CACHE", "MESHLET_E2E_BIN", "MESHLET_KUBE_BIN"}
+
+// DescribeEnv makes fs's usage (-h, or a bad flag) name each flag's
+// environment variable, which is how a DaemonSet sets it. Call it once
+// every flag is registered.
+func DescribeEnv(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + EnvName(f.Name) + ")" })
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s:\n"+
+			"Every flag can also be set by its environment variable, %s + the flag name in upper case\n"+
+			"with - as _ (shown with each flag); the command line wins. Other %s* variables are\n"+
+			"ignored with a warning.\n", fs.Name(), EnvPrefix, EnvPrefix)
+		fs.PrintDefaults()
+	}
+}
+
+// WarnUnknownEnv logs a warning for each MESHLET_* variable in environ
+// ("NAME=value", as os.Environ returns) that no flag of fs reads and that is
+// not in NonFlagEnv: a misspelt variable would otherwise be silently
+// ignored, leaving its flag at the default. The warning names the closest
+// variable a flag reads, when one is close enough to be the intended one.
+func WarnUnknownEnv(logger klog.Logger, fs *flag.FlagSet, environ []string) {
+	var known []string
+	fs.VisitAll(func(f *flag.Flag) { known = append(known, EnvName(f.Name)) })
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, EnvPrefix) || slices.Contains(known, name) || slices.Contains(NonFlagEnv, name) {
+			continue
+		}
+		kvs := []any{"variable", name}
+		if c := closest(name, known); c != "" {
+			kvs = append(kvs, "didYouMean", c)
+		}
+		// klog's structured API has no warning level: an Info at
+		// verbosity 0 that says what it is.
+		logger.Info("Warning: unknown environment variable ignored; no flag reads it", kvs...)
+	}
+}
+
+// closest returns the candidate nearest to name in edit distance, or ""
+// when even that one differs too much to be a typo of it.
+func closest(name string, candidates []string) string {
+	best, bestDist := "", 0
+	for _, c := range candidates {
+		if d := editDistance(name, c); best == "" || d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	// A few slips, and fewer than a third of the part after the prefix.
+	if best == "" || bestDist > 3 || bestDist*3 > len(best)-len(EnvPrefix) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (bytes: the
+// names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

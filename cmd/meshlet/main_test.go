@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Every case fails before anything starts: run never reaches agent.Run.
+
+func TestHelpShowsEachFlagsVariable(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"-h"}, nil, &out); code != 0 {
+		t.Fatalf("-h: exit %d", code)
+	}
+	usage := out.String()
+	for _, flagAndVar := range [][2]string{
+		{"-ztunnel-socket", "(env MESHLET_ZTUNNEL_SOCKET)"},
+		{"-state-dir", "(env MESHLET_STATE_DIR)"},
+		{"-v", "(env MESHLET_V)"},
+	} {
+		i := strings.Index(usage, "  "+flagAndVar[0]+" ")
+		if i < 0 {
+			t.Fatalf("-h does not list %s:\n%s", flagAndVar[0], usage)
+		}
+		next := strings.Index(usage[i+1:], "\n  -") // the following flag
+		if next < 0 {
+			next = len(usage) - i - 1
+		}
+		if !strings.Contains(usage[i:i+1+next], flagAndVar[1]) {
+			t.Errorf("-h: %s does not say %s:\n%s", flagAndVar[0], flagAndVar[1], usage[i:i+1+next])
+		}
+	}
+	if !strings.Contains(usage, "the command line wins") {
+		t.Errorf("-h does not explain the environment:\n%s", usage)
+	}
+}
+
+func TestBadSettingsExitWithStatus2NamingThem(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		args    []string
+		environ []string
+		want    string
+	}{
+		{"state dir is a file", []string{"--standalone", "--state-dir=" + file}, nil, "--state-dir"},
+		{"state dir from env is a file", nil, []string{"MESHLET_STANDALONE=true", "MESHLET_STATE_DIR=" + file}, "--state-dir"},
+		{"socket path too long", []string{"--standalone", "--ztunnel-socket=/run/" + strings.Repeat("z", 120)}, nil, "--ztunnel-socket"},
+		{"bad variable", nil, []string{"MESHLET_STANDALONE=maybe"}, "MESHLET_STANDALONE"},
+		{"bad flag", []string{"--redirect-backend=ebpf"}, nil, "want nftables or iptables"},
+	} {
+		var out bytes.Buffer
+		if code := run(c.args, c.environ, &out); code != 2 || !strings.Contains(out.String(), c.want) {
+			t.Errorf("%s: exit %d, output %q; want exit 2 and a message naming %s", c.name, code, out.String(), c.want)
+		}
+	}
+}
