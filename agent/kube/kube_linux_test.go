@@ -31,7 +31,8 @@ const node = "node-a"
 var seq atomic.Int64
 
 func admin(t testing.TB) kubernetes.Interface {
-	c, err := kubernetes.NewForConfig(api.Config())
+	t.Helper()
+	c, err := kubernetes.NewForConfig(api(t).Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func restrictedClient(t *testing.T) kubernetes.Interface {
 	tok, err := c.CoreV1().ServiceAccounts("meshlet-system").CreateToken(ctx, "meshlet",
 		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
 	must(t, err)
-	rc, err := kubernetes.NewForConfig(api.ConfigWithToken(tok.Status.Token))
+	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
 	must(t, err)
 	return rc
 }
@@ -385,11 +386,11 @@ func TestAPIDown(t *testing.T) {
 	go sp.Run(ctx)
 	core, ports := newCore(t, w, sp)
 
-	must(t, api.StopAPIServer())
+	must(t, api(t).StopAPIServer())
 	restarted := false
 	defer func() {
 		if !restarted {
-			_ = api.StartAPIServer()
+			_ = api(t).StartAPIServer()
 		}
 	}()
 	// The informer's copy of known still answers.
@@ -415,7 +416,7 @@ func TestAPIDown(t *testing.T) {
 		t.Fatal("ztunnel did not get the pod")
 	}
 	sp.Report(enroll.PodRef{UID: string(unseen.UID), Name: unseen.Name, Namespace: ns}, enroll.RedirectionEnabled)
-	must(t, api.StartAPIServer())
+	must(t, api(t).StartAPIServer())
 	restarted = true
 	eventually(t, "status applied after the API came back", func() bool {
 		got, err := c.CoreV1().Pods(ns).Get(ctx, unseen.Name, metav1.GetOptions{})
@@ -473,11 +474,11 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 	c := admin(t)
 	ns := namespace(t, c, nil)
 	p := boundPod(t, c, ns, "boot", "real-sa", ambient)
-	must(t, api.StopAPIServer())
+	must(t, api(t).StopAPIServer())
 	restarted := false
 	defer func() {
 		if !restarted {
-			_ = api.StartAPIServer()
+			_ = api(t).StartAPIServer()
 		}
 	}()
 	_, ctx := ktesting.NewTestContext(t)
@@ -496,7 +497,7 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 	if sa, _ := ports.sa(string(p.UID)); sa != "default" {
 		t.Fatalf("service account %q while the API is down, want default", sa)
 	}
-	must(t, api.StartAPIServer())
+	must(t, api(t).StartAPIServer())
 	restarted = true
 	eventually(t, "re-enrollment with the real service account", func() bool {
 		sa, _ := ports.sa(string(p.UID))
