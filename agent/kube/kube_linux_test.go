@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -503,34 +502,4 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 		sa, _ := ports.sa(string(p.UID))
 		return sa == "real-sa"
 	})
-}
-
-// TestDeployManifests: deploy/*.yaml pass the API server's validation
-// (server-side dry run).
-func TestDeployManifests(t *testing.T) {
-	c := admin(t)
-	ctx := context.Background()
-	restrictedClient(t) // creates meshlet-system and deploy/rbac.yaml
-	data, err := os.ReadFile("../../deploy/meshlet.yaml")
-	must(t, err)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	n := 0
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var tm metav1.TypeMeta
-		must(t, yaml.Unmarshal([]byte(doc), &tm))
-		switch tm.Kind {
-		case "DaemonSet":
-			var ds appsv1.DaemonSet
-			must(t, yaml.UnmarshalStrict([]byte(doc), &ds))
-			if _, err := c.AppsV1().DaemonSets(ds.Namespace).Create(ctx, &ds, dry); err != nil {
-				t.Fatalf("DaemonSet %s: %v", ds.Name, err)
-			}
-			n++
-		default:
-			t.Fatalf("unexpected kind %q in deploy/meshlet.yaml", tm.Kind)
-		}
-	}
-	if n == 0 {
-		t.Fatal("no DaemonSet in deploy/meshlet.yaml")
-	}
 }
