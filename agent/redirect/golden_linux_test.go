@@ -3,10 +3,7 @@ package redirect
 import (
 	"context"
 	"errors"
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,23 +15,6 @@ import (
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-type ruleCase struct {
-	name string
-	ips  []netip.Addr
-	opts enroll.Options
-}
-
-var ruleCases = []ruleCase{
-	{"ipv4", []netip.Addr{podV4}, enroll.Options{DNSCapture: true, IPv6: true}},
-	{"ipv6", []netip.Addr{podV6}, enroll.Options{DNSCapture: true, IPv6: true}},
-	{"dual", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true, IPv6: true}},
-	{"dual_ipv6_disabled", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true}},
-	{"dns_off", []netip.Addr{podV4, podV6}, enroll.Options{IPv6: true}},
-	{"bypass_inbound", []netip.Addr{podV4, podV6}, enroll.Options{DNSCapture: true, IPv6: true, BypassInbound: true}},
-}
 
 // podNetns is a bare pod netns with lo up (as the CNI loopback plugin
 // leaves it).
@@ -139,22 +119,6 @@ func fullDump(t testing.TB, h *netns.Handle) string {
 }
 
 var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
-
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		must(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `go test ./agent/redirect -run %s -update` as root to create it)", err, t.Name())
-	}
-	if got != string(want) {
-		t.Fatalf("%s differs from %s (rerun with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, path, got, want)
-	}
-}
 
 func TestGolden(t *testing.T) {
 	for _, b := range backends {
