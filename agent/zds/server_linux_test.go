@@ -25,15 +25,8 @@ import (
 
 const wait = 5 * time.Second
 
-// socketPath is short: Unix socket paths are limited to 108 bytes, which a
-// t.TempDir() under a long test name can exceed.
 func socketPath(t testing.TB) string {
-	dir, err := os.MkdirTemp("", "zds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return filepath.Join(dir, "ztunnel.sock")
+	return filepath.Join(zdstest.SocketDir(t), "ztunnel.sock")
 }
 
 func startServer(t testing.TB, cfg zds.Config) *zds.Server {
