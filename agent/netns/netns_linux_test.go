@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 func selfInode(t *testing.T) uint64 {
@@ -23,7 +24,7 @@ func selfInode(t *testing.T) uint64 {
 	return st.Ino
 }
 
-func TestOpenReportsInodeAndRefusesNonNetns(t *testing.T) {
+func TestOpenReportsInode(t *testing.T) {
 	path := netnstest.New(t)
 	h, err := netns.Open(path)
 	if err != nil {
@@ -40,7 +41,10 @@ func TestOpenReportsInodeAndRefusesNonNetns(t *testing.T) {
 	if h.Inode() == selfInode(t) {
 		t.Fatalf("new netns has the same inode as the test's own netns")
 	}
+}
 
+// TestOpenRefusesNonNetns needs no root: nothing is created.
+func TestOpenRefusesNonNetns(t *testing.T) {
 	regular := filepath.Join(t.TempDir(), "plain")
 	if err := os.WriteFile(regular, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -57,6 +61,7 @@ func TestOpenReportsInodeAndRefusesNonNetns(t *testing.T) {
 }
 
 func TestHandleOutlivesMount(t *testing.T) {
+	privtest.RequireRoot(t) // it creates the namespace itself, not through netnstest.New
 	path := filepath.Join(t.TempDir(), "ns")
 	if err := netnstest.Create(path); err != nil {
 		t.Fatal(err)
