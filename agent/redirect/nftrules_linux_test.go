@@ -149,11 +149,13 @@ func printRule(exprs []expr.Any) (string, error) {
 				return "", err
 			}
 			out = append(out, s)
-			if e.Op == expr.CmpOpEq && r.kind == "nfproto" {
-				family = strings.Fields(s)[len(strings.Fields(s))-1]
-			}
-			if e.Op == expr.CmpOpEq && r.kind == "l4proto" {
-				l4 = strings.Fields(s)[len(strings.Fields(s))-1]
+			if e.Op == expr.CmpOpEq {
+				switch r.kind {
+				case "nfproto":
+					family = nfprotos[e.Data[0]]
+				case "l4proto":
+					l4 = l4protos[e.Data[0]]
+				}
 			}
 		case *expr.Immediate:
 			if e.Register != 1 {
@@ -202,6 +204,11 @@ func isStatement(e expr.Any) bool {
 	return false
 }
 
+var (
+	nfprotos = map[byte]string{unix.NFPROTO_IPV4: "ipv4", unix.NFPROTO_IPV6: "ipv6"}
+	l4protos = map[byte]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp"}
+)
+
 func printCmp(e *expr.Cmp, r reg1) (string, error) {
 	op := map[expr.CmpOp]string{expr.CmpOpEq: "==", expr.CmpOpNeq: "!="}[e.Op]
 	if op == "" || e.Register != 1 {
@@ -216,9 +223,9 @@ func printCmp(e *expr.Cmp, r reg1) (string, error) {
 	var v string
 	switch r.kind {
 	case "nfproto":
-		v = map[byte]string{unix.NFPROTO_IPV4: "ipv4", unix.NFPROTO_IPV6: "ipv6"}[e.Data[0]]
+		v = nfprotos[e.Data[0]]
 	case "l4proto":
-		v = map[byte]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp"}[e.Data[0]]
+		v = l4protos[e.Data[0]]
 	case "ifname":
 		v = fmt.Sprintf("%q", strings.TrimRight(string(e.Data), "\x00"))
 	case "addr4", "addr6":
