@@ -14,6 +14,7 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 // podNetns is a bare pod netns with lo up (as the CNI loopback plugin
@@ -121,6 +122,9 @@ func fullDump(t testing.TB, h *netns.Handle) string {
 var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
 
 func TestGolden(t *testing.T) {
+	// Every subtest needs root: without it the test itself skips, rather
+	// than passing with nothing run.
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		for _, c := range ruleCases {
 			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
@@ -150,6 +154,7 @@ func foreignState(t testing.TB, h *netns.Handle) {
 }
 
 func TestRemoveRestoresNetns(t *testing.T) {
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		for _, c := range ruleCases {
 			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
@@ -174,6 +179,7 @@ func TestRemoveRestoresNetns(t *testing.T) {
 }
 
 func TestApplyReplacesStaleState(t *testing.T) {
+	privtest.RequireRoot(t)
 	w := func(pod *netns.Handle) *enroll.Workload {
 		return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4, podV6}, Options: enroll.Options{DNSCapture: true, IPv6: true}, Netns: pod}
 	}
@@ -199,6 +205,7 @@ func TestApplyReplacesStaleState(t *testing.T) {
 // TestFailedBatchLeavesNothing injects a failure into the middle of the
 // transaction: the pod must end with none of meshlet's state.
 func TestFailedBatchLeavesNothing(t *testing.T) {
+	privtest.RequireRoot(t)
 	t.Run("nftables", func(t *testing.T) {
 		r := newBareRedirector(t, BackendNftables)
 		pod := podNetns(t)
@@ -237,6 +244,7 @@ func TestFailedBatchLeavesNothing(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
 			r := newBareRedirector(t, b)
@@ -352,6 +360,7 @@ func tableHandle(t testing.TB, h *netns.Handle) string {
 // comes back unchanged (no table rewrite); any difference, or a missing
 // table, means a normal apply.
 func TestAdoption(t *testing.T) {
+	privtest.RequireRoot(t)
 	w := func(pod *netns.Handle, opts enroll.Options) *enroll.Workload {
 		return &enroll.Workload{UID: "u", IPs: []netip.Addr{podV4}, Options: opts, Netns: pod}
 	}
