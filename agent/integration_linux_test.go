@@ -31,15 +31,6 @@ type noStatus struct{}
 
 func (noStatus) Report(enroll.PodRef, enroll.RedirectionStatus) {}
 
-func shortDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "meshlet")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // podFds counts the fds held on the pods' namespaces.
 func podFds(t *testing.T, pods []enroll.Pod) int {
 	n := 0
@@ -66,7 +57,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	privtest.RequireRoot(t)
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
-	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(shortDir(t), "z.sock")})
+	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(zdstest.SocketDir(t), "z.sock")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +223,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 	defer node.Close()
 	cfg := DefaultConfig()
-	dir := shortDir(t)
+	dir := zdstest.SocketDir(t)
 	cfg.Standalone = true
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.ZtunnelSocket = filepath.Join(dir, "run", "z.sock")

@@ -40,8 +40,8 @@ func BenchmarkResolveAPIDown(b *testing.B) {
 	c := admin(b)
 	ns := namespace(b, c, nil)
 	w, ctx := startWatcher(b, c)
-	must(b, api.StopAPIServer())
-	defer func() { must(b, api.StartAPIServer()) }()
+	must(b, api(b).StopAPIServer())
+	defer func() { must(b, api(b).StartAPIServer()) }()
 	sb := enroll.Pod{UID: "never-seen", Name: "ghost", Namespace: ns}
 	var lat []time.Duration
 	for b.Loop() {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -31,7 +30,8 @@ const node = "node-a"
 var seq atomic.Int64
 
 func admin(t testing.TB) kubernetes.Interface {
-	c, err := kubernetes.NewForConfig(api.Config())
+	t.Helper()
+	c, err := kubernetes.NewForConfig(api(t).Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func restrictedClient(t *testing.T) kubernetes.Interface {
 	tok, err := c.CoreV1().ServiceAccounts("meshlet-system").CreateToken(ctx, "meshlet",
 		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
 	must(t, err)
-	rc, err := kubernetes.NewForConfig(api.ConfigWithToken(tok.Status.Token))
+	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
 	must(t, err)
 	return rc
 }
@@ -388,11 +388,11 @@ func TestAPIDown(t *testing.T) {
 	go sp.Run(ctx)
 	core, ports := newCore(t, w, sp)
 
-	must(t, api.StopAPIServer())
+	must(t, api(t).StopAPIServer())
 	restarted := false
 	defer func() {
 		if !restarted {
-			_ = api.StartAPIServer()
+			_ = api(t).StartAPIServer()
 		}
 	}()
 	// The informer's copy of known still answers.
@@ -418,7 +418,7 @@ func TestAPIDown(t *testing.T) {
 		t.Fatal("ztunnel did not get the pod")
 	}
 	sp.Report(enroll.PodRef{UID: string(unseen.UID), Name: unseen.Name, Namespace: ns}, enroll.RedirectionEnabled)
-	must(t, api.StartAPIServer())
+	must(t, api(t).StartAPIServer())
 	restarted = true
 	eventually(t, "status applied after the API came back", func() bool {
 		got, err := c.CoreV1().Pods(ns).Get(ctx, unseen.Name, metav1.GetOptions{})
@@ -476,11 +476,11 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 	c := admin(t)
 	ns := namespace(t, c, nil)
 	p := boundPod(t, c, ns, "boot", "real-sa", ambient)
-	must(t, api.StopAPIServer())
+	must(t, api(t).StopAPIServer())
 	restarted := false
 	defer func() {
 		if !restarted {
-			_ = api.StartAPIServer()
+			_ = api(t).StartAPIServer()
 		}
 	}()
 	_, ctx := ktesting.NewTestContext(t)
@@ -499,40 +499,10 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 	if sa, _ := ports.sa(string(p.UID)); sa != enroll.DefaultServiceAccount {
 		t.Fatalf("service account %q while the API is down, want %q", sa, enroll.DefaultServiceAccount)
 	}
-	must(t, api.StartAPIServer())
+	must(t, api(t).StartAPIServer())
 	restarted = true
 	eventually(t, "re-enrollment with the real service account", func() bool {
 		sa, _ := ports.sa(string(p.UID))
 		return sa == "real-sa"
 	})
-}
-
-// TestDeployManifests: deploy/*.yaml pass the API server's validation
-// (server-side dry run).
-func TestDeployManifests(t *testing.T) {
-	c := admin(t)
-	ctx := context.Background()
-	restrictedClient(t) // creates meshlet-system and deploy/rbac.yaml
-	data, err := os.ReadFile("../../deploy/meshlet.yaml")
-	must(t, err)
-	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
-	n := 0
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var tm metav1.TypeMeta
-		must(t, yaml.Unmarshal([]byte(doc), &tm))
-		switch tm.Kind {
-		case "DaemonSet":
-			var ds appsv1.DaemonSet
-			must(t, yaml.UnmarshalStrict([]byte(doc), &ds))
-			if _, err := c.AppsV1().DaemonSets(ds.Namespace).Create(ctx, &ds, dry); err != nil {
-				t.Fatalf("DaemonSet %s: %v", ds.Name, err)
-			}
-			n++
-		default:
-			t.Fatalf("unexpected kind %q in deploy/meshlet.yaml", tm.Kind)
-		}
-	}
-	if n == 0 {
-		t.Fatal("no DaemonSet in deploy/meshlet.yaml")
-	}
 }

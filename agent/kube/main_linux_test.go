@@ -1,7 +1,6 @@
 package kube_test
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -9,28 +8,15 @@ import (
 	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
 
-// api is a real etcd + kube-apiserver shared by the tests (each test uses
-// namespaces of its own).
-var api *kubeenv.Env
+// shared is a real etcd + kube-apiserver shared by the tests (each test
+// uses namespaces of its own).
+var shared privtest.Shared[*kubeenv.Env]
 
-func TestMain(m *testing.M) {
-	bin := privtest.MainEnv("agent/kube", "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints; `make test` sets it", false)
-	dir, err := os.MkdirTemp("", "mlkube")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	api, err = kubeenv.Start(bin, dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "API server:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	api.Stop()
-	if code == 0 {
-		os.RemoveAll(dir)
-	} else {
-		fmt.Fprintln(os.Stderr, "API server logs kept in", dir)
-	}
-	os.Exit(code)
+func TestMain(m *testing.M) { os.Exit(kubeenv.RunTests(m, "agent/kube", &shared)) }
+
+// api is the shared API server; without one (MESHLET_KUBE_BIN unset) the
+// test is skipped, with the reason.
+func api(t testing.TB) *kubeenv.Env {
+	t.Helper()
+	return shared.Get(t)
 }

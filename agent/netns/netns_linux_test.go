@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 func selfInode(t *testing.T) uint64 {
@@ -25,7 +26,7 @@ func selfInode(t *testing.T) uint64 {
 	return st.Ino
 }
 
-func TestOpenReportsInodeAndRefusesNonNetns(t *testing.T) {
+func TestOpenReportsInode(t *testing.T) {
 	path := netnstest.New(t)
 	h, err := netns.Open(path)
 	if err != nil {
@@ -42,7 +43,10 @@ func TestOpenReportsInodeAndRefusesNonNetns(t *testing.T) {
 	if h.Inode() == selfInode(t) {
 		t.Fatalf("new netns has the same inode as the test's own netns")
 	}
+}
 
+// TestOpenRefusesNonNetns needs no root: nothing is created.
+func TestOpenRefusesNonNetns(t *testing.T) {
 	regular := filepath.Join(t.TempDir(), "plain")
 	if err := os.WriteFile(regular, nil, 0o600); err != nil {
 		t.Fatal(err)
@@ -59,6 +63,7 @@ func TestOpenReportsInodeAndRefusesNonNetns(t *testing.T) {
 }
 
 func TestHandleOutlivesMount(t *testing.T) {
+	privtest.RequireRoot(t) // it creates the namespace itself, not through netnstest.New
 	path := filepath.Join(t.TempDir(), "ns")
 	if err := netnstest.Create(path); err != nil {
 		t.Fatal(err)

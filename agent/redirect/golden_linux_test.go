@@ -3,10 +3,7 @@ package redirect
 import (
 	"context"
 	"errors"
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,25 +14,8 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-type ruleCase struct {
-	name     string
-	ips      []netip.Addr
-	settings enroll.Settings
-	opts     []func(*Config)
-}
-
-var ruleCases = []ruleCase{
-	{"ipv4", []netip.Addr{podV4}, enroll.Settings{DNSCapture: true}, nil},
-	{"ipv6", []netip.Addr{podV6}, enroll.Settings{DNSCapture: true}, nil},
-	{"dual", []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true}, nil},
-	{"dual_ipv6_disabled", []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true}, []func(*Config){withoutIPv6}},
-	{"dns_off", []netip.Addr{podV4, podV6}, enroll.Settings{}, nil},
-	{"bypass_inbound", []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true, BypassInbound: true}, nil},
-}
 
 // podNetns is a bare pod netns with lo up (as the CNI loopback plugin
 // leaves it).
@@ -141,27 +121,14 @@ func fullDump(t testing.TB, h *netns.Handle) string {
 
 var iptablesTables = map[string]bool{"filter": true, "nat": true, "mangle": true, "raw": true, "security": true}
 
-func checkGolden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	if *update {
-		must(t, os.WriteFile(path, []byte(got), 0o644))
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run `go test ./agent/redirect -run %s -update` as root to create it)", err, t.Name())
-	}
-	if got != string(want) {
-		t.Fatalf("%s differs from %s (rerun with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, path, got, want)
-	}
-}
-
 func TestGolden(t *testing.T) {
+	// Every subtest needs root: without it the test itself skips, rather
+	// than passing with nothing run.
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		for _, c := range ruleCases {
 			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
-				r := newBareRedirector(t, b, c.opts...)
+				r := newBareRedirector(t, b, c.ipv6Setting)
 				pod := podNetns(t)
 				w := podWorkload(pod, c.ips, c.settings)
 				must(t, apply(r, w))
@@ -187,10 +154,11 @@ func foreignState(t testing.TB, h *netns.Handle) {
 }
 
 func TestRemoveRestoresNetns(t *testing.T) {
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		for _, c := range ruleCases {
 			t.Run(string(b)+"/"+c.name, func(t *testing.T) {
-				r := newBareRedirector(t, b, c.opts...)
+				r := newBareRedirector(t, b, c.ipv6Setting)
 				pod := podNetns(t)
 				foreignState(t, pod)
 				before := fullDump(t, pod)
@@ -211,6 +179,7 @@ func TestRemoveRestoresNetns(t *testing.T) {
 }
 
 func TestApplyReplacesStaleState(t *testing.T) {
+	privtest.RequireRoot(t)
 	w := func(pod *netns.Handle) *enroll.Workload {
 		return podWorkload(pod, []netip.Addr{podV4, podV6}, enroll.Settings{DNSCapture: true})
 	}
@@ -236,6 +205,7 @@ func TestApplyReplacesStaleState(t *testing.T) {
 // TestFailedBatchLeavesNothing injects a failure into the middle of the
 // transaction: the pod must end with none of meshlet's state.
 func TestFailedBatchLeavesNothing(t *testing.T) {
+	privtest.RequireRoot(t)
 	t.Run("nftables", func(t *testing.T) {
 		r := newBareRedirector(t, BackendNftables)
 		pod := podNetns(t)
@@ -274,6 +244,7 @@ func TestFailedBatchLeavesNothing(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
 			r := newBareRedirector(t, b, withoutIPv6)
@@ -390,6 +361,7 @@ func tableHandle(t testing.TB, h *netns.Handle) string {
 // the table is there; a different account, or a missing table, means a
 // normal apply. The account names the backend and the plan.
 func TestAdoption(t *testing.T) {
+	privtest.RequireRoot(t)
 	settings := enroll.Settings{DNSCapture: true}
 	w := func(pod *netns.Handle, s enroll.Settings) *enroll.Workload {
 		return podWorkload(pod, []netip.Addr{podV4}, s)

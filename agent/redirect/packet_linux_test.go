@@ -8,6 +8,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 const wait = 3 * time.Second
@@ -35,6 +36,9 @@ func hp(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).S
 // TestPackets proves the rules with real traffic between a host netns and
 // a pod netns, for each backend and family.
 func TestPackets(t *testing.T) {
+	// Every subtest needs root: without it the test itself skips, rather
+	// than passing with nothing run.
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		for _, fc := range famCases {
 			t.Run(string(b)+"/"+fc.name, func(t *testing.T) {
@@ -129,6 +133,7 @@ func sendDNS(t *testing.T, topo *topology, fc famCase) {
 }
 
 func TestDNSCaptureOff(t *testing.T) {
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		for _, fc := range famCases {
 			t.Run(string(b)+"/"+fc.name, func(t *testing.T) {
@@ -153,6 +158,7 @@ func TestDNSCaptureOff(t *testing.T) {
 }
 
 func TestBypassInbound(t *testing.T) {
+	privtest.RequireRoot(t)
 	for _, b := range backends {
 		t.Run(string(b), func(t *testing.T) {
 			topo := newTopology(t)

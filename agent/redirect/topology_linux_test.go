@@ -19,13 +19,12 @@ import (
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
 
-// A test topology: a "host" netns and a "pod" netns joined by a veth pair,
-// on documentation addresses. Nothing touches the machine's own network.
+// A test topology: a "host" netns and a "pod" netns (podV4, podV6) joined
+// by a veth pair, on documentation addresses. Nothing touches the machine's
+// own network.
 var (
 	hostV4 = netip.MustParseAddr("192.0.2.1")
-	podV4  = netip.MustParseAddr("192.0.2.2")
 	hostV6 = netip.MustParseAddr("2001:db8::1")
-	podV6  = netip.MustParseAddr("2001:db8::2")
 	// A peer: another workload whose traffic the host forwards (no local
 	// socket on the host, so no probe SNAT).
 	hostPeerV4 = netip.MustParseAddr("198.51.100.1")

@@ -21,7 +21,7 @@ import (
 // ambient.istio.io/redirection=enabled.
 func TestPodWithAPIServer(t *testing.T) {
 	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
-	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv.NetnsPath())
+	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,11 @@ func TestPodWithAPIServer(t *testing.T) {
 	// The sandbox kubelet would create for it: same name, namespace, UID;
 	// no mesh label of its own (its namespace selects it).
 	spec := env.PodSpec{Name: apiPod.Name, Namespace: ns, UID: string(apiPod.UID)}
-	id, err := theEnv.RunPod(spec)
+	id, err := theEnv(t).RunPod(spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = theEnv.RemovePod(id) })
+	t.Cleanup(func() { _ = theEnv(t).RemovePod(id) })
 	adds := m.adds(spec.UID)
 	if len(adds) != 1 || adds[0].Info.GetServiceAccount() != "bookinfo-reviews" || adds[0].Info.GetNamespace() != ns {
 		t.Fatalf("ztunnel got %v for the pod, want one Add with service account bookinfo-reviews", adds)

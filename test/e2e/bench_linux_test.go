@@ -34,13 +34,13 @@ func BenchmarkRunPodSandbox(b *testing.B) {
 				spec := env.PodSpec{Name: fmt.Sprintf("bench-%d", i), Namespace: "app",
 					UID: fmt.Sprintf("bench-%t-%d-%d", withMeshlet, time.Now().UnixNano(), i), Labels: ambient}
 				start := time.Now()
-				id, err := theEnv.RunPod(spec)
+				id, err := theEnv(b).RunPod(spec)
 				if err != nil {
 					b.Fatal(err)
 				}
 				lat = append(lat, time.Since(start))
 				b.StopTimer()
-				if err := theEnv.RemovePod(id); err != nil {
+				if err := theEnv(b).RemovePod(id); err != nil {
 					b.Fatal(err)
 				}
 				b.StartTimer()
@@ -70,12 +70,12 @@ func BenchmarkMeshlet100Pods(b *testing.B) {
 	var ids []string
 	b.Cleanup(func() {
 		for _, id := range ids {
-			_ = theEnv.RemovePod(id)
+			_ = theEnv(b).RemovePod(id)
 		}
 	})
 	for b.Loop() {
 		for i := len(ids); i < 100; i++ {
-			id, err := theEnv.RunPod(env.PodSpec{Name: fmt.Sprintf("rss-%d", i), Namespace: "app",
+			id, err := theEnv(b).RunPod(env.PodSpec{Name: fmt.Sprintf("rss-%d", i), Namespace: "app",
 				UID: fmt.Sprintf("rss-%d-%d", time.Now().UnixNano(), i), Labels: ambient})
 			if err != nil {
 				b.Fatal(err)

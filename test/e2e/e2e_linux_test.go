@@ -52,7 +52,7 @@ func startMesh(t testing.TB, flags ...string) *mesh {
 
 func (m *mesh) startMeshlet() {
 	m.t.Helper()
-	ml, err := theEnv.StartMeshlet(m.socket, m.flags...)
+	ml, err := theEnv(m.t).StartMeshlet(m.socket, m.flags...)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -120,13 +120,13 @@ func runPod(t *testing.T, namespace string, labels map[string]string, hostNetwor
 	name = strings.TrimLeft(name, "-")
 	p := &pod{spec: env.PodSpec{Name: name, Namespace: namespace, UID: fmt.Sprintf("uid-%d-%d", time.Now().UnixNano(), podSeq),
 		Labels: labels, HostNetwork: hostNetwork}}
-	id, err := theEnv.RunPod(p.spec)
+	id, err := theEnv(t).RunPod(p.spec)
 	if err != nil {
 		t.Fatalf("run pod %s: %v", name, err)
 	}
 	p.id = id
-	t.Cleanup(func() { _ = theEnv.RemovePod(id) })
-	if p.info, err = theEnv.InspectPod(id); err != nil {
+	t.Cleanup(func() { _ = theEnv(t).RemovePod(id) })
+	if p.info, err = theEnv(t).InspectPod(id); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -192,7 +192,7 @@ func TestMeshPodLifecycle(t *testing.T) {
 	if held() == 0 {
 		t.Fatalf("meshlet holds no fd on the enrolled pod's netns")
 	}
-	if err := theEnv.StopPod(meshPod.id); err != nil {
+	if err := theEnv(t).StopPod(meshPod.id); err != nil {
 		t.Fatal(err)
 	}
 	m.waitFor("Del", func(rs []*zdstest.Request) bool {
@@ -203,7 +203,7 @@ func TestMeshPodLifecycle(t *testing.T) {
 		}
 		return false
 	})
-	if err := theEnv.RemovePod(meshPod.id); err != nil {
+	if err := theEnv(t).RemovePod(meshPod.id); err != nil {
 		t.Fatal(err)
 	}
 	if n := held(); n != 0 {
@@ -255,7 +255,7 @@ func TestPackets(t *testing.T) {
 	c.Close()
 	accept(t, inbound).Close()
 
-	c, err = dialFrom(t, theEnv.NetnsPath(), target)
+	c, err = dialFrom(t, theEnv(t).NetnsPath(), target)
 	if err != nil {
 		t.Fatalf("node to pod: %v", err)
 	}
@@ -305,7 +305,7 @@ func TestMeshletRestart(t *testing.T) {
 	m.meshlet = nil
 	// Removed while meshlet is away: its node-side probe SNAT entry must
 	// not outlive it.
-	if err := theEnv.RemovePod(gone.id); err != nil {
+	if err := theEnv(t).RemovePod(gone.id); err != nil {
 		t.Fatal(err)
 	}
 	if !hasRules(t, p.info.NetnsPath) {
@@ -328,7 +328,7 @@ func TestMeshletRestart(t *testing.T) {
 	if after := handle(); after != before {
 		t.Fatalf("the running pod's table was rewritten on restart (%s → %s)", before, after)
 	}
-	snat, err := theEnv.Exec("nft", "list", "set", "inet", "meshlet", "probe-pods-v4")
+	snat, err := theEnv(t).Exec("nft", "list", "set", "inet", "meshlet", "probe-pods-v4")
 	if err != nil {
 		t.Fatalf("node SNAT set: %v\n%s", err, snat)
 	}
@@ -342,7 +342,7 @@ func TestMeshletRestart(t *testing.T) {
 func TestContainerdRestart(t *testing.T) {
 	m := startMesh(t)
 	before := runPod(t, "app", ambient, false)
-	if err := theEnv.RestartContainerd(); err != nil {
+	if err := theEnv(t).RestartContainerd(); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.meshlet.WaitReady(20 * time.Second); err != nil {
@@ -362,12 +362,12 @@ func TestContainerdRestart(t *testing.T) {
 // it is back, the pod is enrolled late and its container starts.
 func TestFailClosedWithoutMeshlet(t *testing.T) {
 	p := runPod(t, "app", ambient, false) // sandbox only: no meshlet yet
-	if _, err := theEnv.StartContainer(p.id, p.spec, "app"); err == nil || !strings.Contains(err.Error(), "meshlet") {
+	if _, err := theEnv(t).StartContainer(p.id, p.spec, "app"); err == nil || !strings.Contains(err.Error(), "meshlet") {
 		t.Fatalf("app container without meshlet: %v, want a refusal naming the required plugin", err)
 	}
 	m := startMesh(t)
 	m.waitFor("late enrollment", func([]*zdstest.Request) bool { return len(m.adds(p.spec.UID)) == 1 })
-	if _, err := theEnv.StartContainer(p.id, p.spec, "app2"); err != nil {
+	if _, err := theEnv(t).StartContainer(p.id, p.spec, "app2"); err != nil {
 		t.Fatalf("app container with meshlet back: %v", err)
 	}
 	if _, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics"); err != nil || !strings.Contains(body, "meshlet_late_enrollments_total 1") {

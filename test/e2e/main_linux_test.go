@@ -9,12 +9,22 @@ import (
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
-// theEnv is shared by the tests (containerd starts once); each test uses
-// pods of its own and removes them.
-var theEnv *env.Env
+// shared is the environment the tests share (containerd starts once); each
+// test uses pods of its own and removes them.
+var shared privtest.Shared[*env.Env]
+
+// theEnv is the shared environment; without one (not root, or
+// MESHLET_E2E_BIN unset) the test is skipped, with the reason.
+func theEnv(t testing.TB) *env.Env {
+	t.Helper()
+	return shared.Get(t)
+}
 
 func TestMain(m *testing.M) {
-	bin := privtest.MainEnv("e2e", "MESHLET_E2E_BIN", "the directory test/e2e/install.sh prints; `make test` sets it", true)
+	bin := shared.Require("e2e", "MESHLET_E2E_BIN", "the directory test/e2e/install.sh prints; `make test` sets it", true)
+	if bin == "" {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "mle2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -27,7 +37,7 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	theEnv = e
+	shared.Set(e)
 	code := m.Run()
 	if err := e.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e teardown:", err)

@@ -16,11 +16,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"testing"
 	"time"
 
 	"k8s.io/client-go/rest"
 
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 // AdminToken authenticates as a member of system:masters.
@@ -259,4 +261,38 @@ func (e *Env) Stop() {
 	if e.etcd != nil {
 		_ = stop(e.etcd, e.etcdDone)
 	}
+}
+
+// BinEnv names the variable holding the directory test/kube/install.sh
+// prints.
+const BinEnv = "MESHLET_KUBE_BIN"
+
+// RunTests is the TestMain of a package whose tests share one control
+// plane: it starts it (if BinEnv is set), runs the tests, stops it and
+// keeps its logs when a test failed. Tests reach the control plane through
+// shared.Get, which skips them, with the reason, when BinEnv is unset.
+func RunTests(m *testing.M, pkg string, shared *privtest.Shared[*Env]) int {
+	bin := shared.Require(pkg, BinEnv, "the directory test/kube/install.sh prints; `make test` sets it", false)
+	if bin == "" {
+		return m.Run()
+	}
+	dir, err := os.MkdirTemp("", "mlkube")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	e, err := Start(bin, dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "API server:", err)
+		return 1
+	}
+	shared.Set(e)
+	code := m.Run()
+	e.Stop()
+	if code == 0 {
+		os.RemoveAll(dir)
+	} else {
+		fmt.Fprintln(os.Stderr, "API server logs kept in", dir)
+	}
+	return code
 }
