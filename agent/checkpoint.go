@@ -17,10 +17,15 @@ import (
 const checkpointInterval = 2 * time.Second
 
 // loadCheckpoint reads the records a previous agent left. A corrupt
-// checkpoint is set aside loudly and ignored: every running pod's rules are
-// then rewritten, which is always correct.
+// checkpoint is set aside loudly and ignored; one of another format version
+// (an upgrade) is ignored and replaced at the first write. Either way every
+// running pod's rules are rewritten once, which is always correct.
 func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
 	cp, err := state.Load(dir)
+	if errors.Is(err, state.ErrOtherVersion) {
+		logger.Info("Checkpoint of another meshlet version ignored: every running pod's rules will be rewritten once", "reason", err)
+		return nil
+	}
 	if errors.Is(err, state.ErrCorrupt) {
 		moved, merr := state.SetAside(dir, time.Now())
 		logger.Error(err, "Ignoring the checkpoint: every running pod's rules will be rewritten", "setAside", moved, "setAsideErr", merr)
@@ -35,22 +40,25 @@ func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
 }
 
 // runCheckpointer writes the core's records to the state dir whenever
-// their generation moved, and once more on the way out. It reads the
-// core's published view: it never waits for a pod's enrollment.
+// their generation moved, checked every tick and once more on the way out.
+// Nothing is written before the first change: until the runtime has listed
+// its pods, the previous agent's checkpoint is what a restart needs, and a
+// meshlet that never reached the runtime (crash loop, runtime down) must
+// not replace it with an empty one. It reads the core's published view: it
+// never waits for a pod's enrollment.
 func runCheckpointer(ctx context.Context, dir string, core *enroll.Core) {
 	logger := klog.FromContext(ctx)
-	var last uint64
-	written := false
+	var written uint64 // the generation on disk; 0: the previous agent's file
 	write := func() {
-		records, gen := core.Records()
-		if written && gen == last {
+		if core.Generation() == written {
 			return
 		}
+		records, gen := core.Records()
 		if err := state.Save(dir, records); err != nil {
 			logger.Error(err, "Writing the checkpoint")
 			return
 		}
-		last, written = gen, true
+		written = gen
 	}
 	tick := time.NewTicker(checkpointInterval)
 	defer tick.Stop()

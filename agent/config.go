@@ -35,11 +35,6 @@ const (
 	ModeNRI Mode = "nri"
 )
 
-// Set implements flag.Value.
-func (m *Mode) Set(s string) error { return flagenum.New(m, "mode", ModeAuto, ModeNRI).Set(s) }
-
-func (m *Mode) String() string { return string(*m) }
-
 // Config is the daemon's whole configuration.
 type Config struct {
 	// NodeName is the Kubernetes node this agent serves.
@@ -82,12 +77,14 @@ func DefaultConfig() Config {
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
-	fs.Var(&c.Mode, "mode", "pod source: auto or nri (cni comes with the CNI fallback)")
+	fs.Var(flagenum.New(&c.Mode, "mode", ModeAuto, ModeNRI), "mode", "pod source: auto or nri (cni comes with the CNI fallback)")
 	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
 	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
 	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
-	fs.Var(&c.Redirect.Backend, "redirect-backend", "in-pod rules: nftables or iptables")
-	fs.Var(&c.Redirect.IptablesVariant, "iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
+	fs.Var(flagenum.New(&c.Redirect.Backend, "redirect backend", redirect.BackendNftables, redirect.BackendIptables),
+		"redirect-backend", "in-pod rules: nftables or iptables")
+	fs.Var(flagenum.New(&c.Redirect.IptablesVariant, "iptables variant", redirect.VariantAuto, redirect.VariantNft, redirect.VariantLegacy),
+		"iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
 	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as "+strconv.Quote(enroll.DefaultServiceAccount)+", no status annotation")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the checkpoint of enrolled pods (lets a restarted meshlet adopt running pods' rules)")

@@ -144,23 +144,6 @@ func TestStateDirMustBeADirectory(t *testing.T) {
 	}
 }
 
-func TestStateDirMustBeWritable(t *testing.T) {
-	if os.Geteuid() == 0 {
-		t.Skip("root writes to any directory on a writable mount")
-	}
-	ro := filepath.Join(t.TempDir(), "ro")
-	if err := os.Mkdir(ro, 0o500); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := parse(t, []string{"--standalone", "--state-dir=" + filepath.Join(ro, "state")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), "not writable") {
-		t.Fatalf("Validate = %v, want an error naming --state-dir saying not writable", err)
-	}
-}
-
 func TestSocketPathLengthIsChecked(t *testing.T) {
 	dir := "/" + strings.Repeat("d", 50) + "/"
 	fits := dir + strings.Repeat("s", maxSocketPath-len(dir))

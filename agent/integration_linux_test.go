@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -230,6 +231,13 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	cfg.NRI.SocketPath = filepath.Join(dir, "no-runtime.sock")
 	cfg.Redirect.HostNetnsFd = netnstest.Fd(t, node) // never the real node's tables
 	cfg.HealthAddr, cfg.MetricsAddr = freePort(t), freePort(t)
+	// A previous agent's checkpoint: this run never reaches a runtime, so
+	// it has nothing better to say and must leave the file as it is.
+	previous := []enroll.Record{{UID: "running", NetnsInode: 7, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.7")},
+		Redirection: "nftables/v1 ipv4 inbound-capture"}}
+	if err := state.Save(cfg.StateDir, previous); err != nil {
+		t.Fatal(err)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- Run(ctx, cfg) }()
 	var c *zdstest.Client
@@ -265,11 +273,8 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	if _, err := os.Stat(cfg.ZtunnelSocket); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)
 	}
-	if cp, err := state.Load(cfg.StateDir); err != nil || len(cp.Pods) != 0 {
-		t.Fatalf("checkpoint after a run without pods: %+v, %v", cp, err)
-	}
-	if _, err := os.Stat(filepath.Join(cfg.StateDir, state.FileName)); err != nil {
-		t.Fatalf("no checkpoint written on the way out: %v", err)
+	if cp, err := state.Load(cfg.StateDir); err != nil || !reflect.DeepEqual(cp.Pods, previous) {
+		t.Fatalf("checkpoint after a run that never reached the runtime: %+v, %v; want the previous agent's kept", cp, err)
 	}
 }
 

@@ -168,13 +168,16 @@ func (c *Core) Forget(ctx context.Context, uid string) error {
 	}
 	defer s.mu.Unlock()
 	err := c.release(ctx, s, RemoveHostOnly, StateReleased, "removed")
+	// The view entry goes while the map lock is held: once it is released
+	// a new slot for the same UID may be created and published, and must
+	// not be unpublished by this Forget.
 	c.mu.Lock()
 	delete(c.slots, uid)
 	s.gone = true
-	c.mu.Unlock()
 	c.viewMu.Lock()
 	delete(c.view, uid)
 	c.viewMu.Unlock()
+	c.mu.Unlock()
 	return err
 }
 
@@ -206,10 +209,17 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 		return err
 	})...)
 	// Every running pod has been seen: a checkpointed record still
-	// unmatched belongs to a pod removed while no agent ran.
+	// unmatched belongs to a pod removed while no agent ran. Dropping them
+	// changes what the checkpoint should say.
 	c.mu.Lock()
+	dropped := len(c.checkpointed) > 0
 	clear(c.checkpointed)
 	c.mu.Unlock()
+	if dropped {
+		c.viewMu.Lock()
+		c.generation++
+		c.viewMu.Unlock()
+	}
 	return errors.Join(errs...)
 }
 
@@ -273,6 +283,15 @@ func (c *Core) Records() ([]Record, uint64) {
 		}
 	}
 	return out, c.generation
+}
+
+// Generation moves whenever what a checkpoint should hold changed: a record
+// was added, replaced or removed, or the first Reconcile dropped the
+// checkpointed records of pods that are gone. It starts at 0.
+func (c *Core) Generation() uint64 {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	return c.generation
 }
 
 // EnrolledIPs returns the addresses of every enrolled pod.
@@ -346,10 +365,14 @@ func (c *Core) setState(s *slot, st State, reason string) {
 
 // converge makes the pod in s what policy wants. s.mu is held.
 //
-// The caller's deadline bounds the whole enrollment, not only the steps
-// that wait: it is checked before every step, so a runtime hook fails in
-// its own time, with the step it did not reach, and never runs into the
-// runtime's timeout (which would start the pod unmeshed).
+// For a starting pod (HandoverNow: a runtime hook) the caller's deadline
+// bounds the whole enrollment, not only the steps that wait: it is checked
+// before every step that changes something, so the hook fails in its own
+// time, with the step it did not reach, and never runs into the runtime's
+// timeout (which would start the pod unmeshed). A pod that already runs
+// (Reconcile, Reevaluate) is not cut short between steps: failing it early
+// would only leave a previous agent's rules in it without a ztunnel that
+// knows it; its waits are still bounded by the deadline.
 func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error) {
 	pod := &s.pod
 
@@ -376,9 +399,6 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	if pod.NetnsPath == "" {
 		return c.fail(ctx, s, StepNetns, ErrNoNetns)
 	}
-	if err := outOfTime(ctx); err != nil {
-		return c.fail(ctx, s, StepNetns, err)
-	}
 	ns, err := c.ports.Opener.Open(pod.NetnsPath)
 	if err != nil {
 		return c.fail(ctx, s, StepNetns, err)
@@ -392,6 +412,10 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		// gate, watchers): nothing allocated, nothing changed.
 		_ = ns.Close()
 		return Result{Enrolled: true, Reason: d.Reason}, nil
+	}
+	if err := outOfTime(ctx, h); err != nil {
+		_ = ns.Close()
+		return c.fail(ctx, s, StepRedirect, err)
 	}
 	want := &Workload{Record: rec, Netns: ns}
 	if old != nil {
@@ -407,7 +431,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			podLogger(ctx, pod).Error(err, "Releasing the previous enrollment reported an error; continuing")
 		}
 	}
-	if err := outOfTime(ctx); err != nil {
+	if err := outOfTime(ctx, h); err != nil {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepRedirect, err)
 	}
@@ -425,7 +449,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	want.Redirection = redirection
 	c.ports.Status.Report(s.ref(), RedirectionPending)
-	err = outOfTime(ctx)
+	err = outOfTime(ctx, h)
 	if err == nil {
 		err = c.ports.Proxy.AddWorkload(ctx, want, h)
 	}
@@ -462,9 +486,10 @@ func (c *Core) settings(ctx context.Context, pod *Pod, info PodInfo) Settings {
 }
 
 // outOfTime says why the caller's deadline leaves no room for the next
-// step, or nil while there is time.
-func outOfTime(ctx context.Context) error {
-	if ctx.Err() == nil {
+// step of a starting pod's enrollment, or nil while there is time (or the
+// pod already runs: see converge).
+func outOfTime(ctx context.Context, h Handover) error {
+	if h != HandoverNow || ctx.Err() == nil {
 		return nil
 	}
 	return fmt.Errorf("%w: %w", ErrOutOfTime, context.Cause(ctx))

@@ -352,18 +352,20 @@ func TestCallsForOnePodAreSerialisedOthersParallel(t *testing.T) {
 	wg.Wait()
 	h.redir.hook = nil
 
-	// Serialisation: hammer one pod with Enroll (two netns), Release and
-	// Reevaluate; no two Applies for it may overlap.
-	for i := range 200 {
+	// Serialisation: hammer one pod with Enroll (two netns), Release,
+	// Forget and Reevaluate; no two Applies for it may overlap.
+	for i := range 250 {
 		p := h.pod("same", uint64(10+i%2), meshOn)
 		wg.Go(func() {
-			switch i % 4 {
+			switch i % 5 {
 			case 0, 1:
 				_, _ = h.core.Enroll(ctx, p)
 			case 2:
 				_ = h.core.Release(ctx, "same")
 			case 3:
 				_ = h.core.Reevaluate(ctx)
+			case 4:
+				_ = h.core.Forget(ctx, "same")
 			}
 		})
 	}
@@ -371,8 +373,20 @@ func TestCallsForOnePodAreSerialisedOthersParallel(t *testing.T) {
 	if h.redir.maxPerPod != 1 {
 		t.Fatalf("%d concurrent Applies for one pod, want 1", h.redir.maxPerPod)
 	}
-	// Whatever the interleaving, the pod's final state is consistent.
-	st, _ := h.core.Status("same")
+	// Whatever the interleaving, the pod's final state is consistent, and
+	// what readers see is what the slot holds.
+	st, published := h.core.Status("same")
+	if s := h.core.lockSlot("same", false); s == nil {
+		if published {
+			t.Fatalf("pod forgotten but still published as %s", st.State)
+		}
+	} else {
+		slotState := s.state
+		s.mu.Unlock()
+		if !published || st.State != slotState {
+			t.Fatalf("slot in state %s, published %t as %s", slotState, published, st.State)
+		}
+	}
 	_, added := h.proxy.uids()["same"]
 	if (st.State == StateEnrolled) != added {
 		t.Fatalf("state %s but ztunnel has the pod: %t", st.State, added)

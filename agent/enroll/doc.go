@@ -2,10 +2,10 @@
 // holds the desired and actual mesh state and drives the ports that change
 // it (in-pod redirection rules, the ztunnel link, status reporting).
 //
-// Every entry point (NRI, DRA, the CNI fallback, Kubernetes watchers) feeds
-// the same three operations: Enroll a running pod, Release a stopping one,
-// Reconcile to a full list of running pods; Reevaluate re-applies policy when
-// its inputs change. Calls for one pod are serialised; calls for different
+// Every entry point (today the NRI plugin and the Kubernetes watchers) feeds
+// the same operations: Enroll a running pod, Release a stopping one, Forget
+// a removed one, Reconcile to a full list of running pods; Reevaluate
+// re-applies policy when its inputs change. Calls for one pod are serialised; calls for different
 // pods run in parallel. Enrollment is all or nothing: a failed step undoes
 // the earlier ones, so a pod is either fully meshed or not meshed at all.
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 )
 
 // Small fakes of the core's ports: the core's logic is pure, so unit tests
@@ -83,11 +84,19 @@ type fakeNetns struct {
 	inode  uint64
 	opener *fakeOpener
 	once   sync.Once
+	closed atomic.Bool
 }
 
 func (n *fakeNetns) Inode() uint64 { return n.inode }
 
-func (n *fakeNetns) WithFd(fn func(int) error) error { return fn(int(n.inode)) }
+// WithFd refuses after Close, as the real handle does: a core that used a
+// namespace it had closed would fail here.
+func (n *fakeNetns) WithFd(fn func(int) error) error {
+	if n.closed.Load() {
+		return errors.New("netns used after Close")
+	}
+	return fn(int(n.inode))
+}
 
 func (n *fakeNetns) Close() error {
 	closed := false
@@ -95,6 +104,7 @@ func (n *fakeNetns) Close() error {
 	if !closed {
 		return errors.New("netns closed twice")
 	}
+	n.closed.Store(true)
 	n.opener.mu.Lock()
 	n.opener.open--
 	n.opener.mu.Unlock()
@@ -172,6 +182,9 @@ func (f *fakeRedirector) Apply(_ context.Context, w *Workload, prior *Record) (s
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.inflight[w.UID]--
+	if err := w.Netns.WithFd(func(int) error { return nil }); err != nil {
+		return "", err
+	}
 	redirection := fmt.Sprintf("fake dns=%t", w.Settings.DNSCapture)
 	if prior != nil && prior.Redirection == redirection {
 		f.rec.add("adopt %s inode=%d", w.UID, w.NetnsInode)
@@ -210,6 +223,7 @@ type fakeProxy struct {
 	failAdd error
 	// disconnected: no proxy; HandoverNow fails, HandoverDeferred registers.
 	disconnected bool
+	onDel        func() // called inside DelWorkload, unlocked
 }
 
 func (f *fakeProxy) AddWorkload(_ context.Context, w *Workload, h Handover) error {
@@ -227,6 +241,9 @@ func (f *fakeProxy) AddWorkload(_ context.Context, w *Workload, h Handover) erro
 }
 
 func (f *fakeProxy) DelWorkload(_ context.Context, uid string) error {
+	if f.onDel != nil {
+		f.onDel()
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rec.add("del %s", uid)

@@ -18,12 +18,12 @@ type Policy interface {
 	Decide(pod *Pod, info PodInfo) Decision
 }
 
-// SettingsSource is one origin of per-pod settings: the pod's annotations,
-// a DRA claim's parameters. Every source goes through this one port; the
-// core consults Ports.Settings in order, highest precedence first, and a
-// setting no source gives takes the node's default (Config.Defaults). The
-// composition root orders them: a claim's settings, then the pod's
-// annotations, then the node's defaults.
+// SettingsSource is one origin of per-pod settings (today the pod's
+// annotations; a ResourceClaim's parameters would be another). Every source
+// goes through this one port; the core consults Ports.Settings in order,
+// highest precedence first, and a setting no source gives takes the node's
+// default (Config.Defaults). The precedence is: a claim's settings, then
+// the pod's annotations, then the node's defaults.
 type SettingsSource interface {
 	// PodSettings returns what this source says about the pod. Warnings
 	// name settings of the pod's own that the source could not use (an

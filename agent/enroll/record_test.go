@@ -143,14 +143,49 @@ func TestDeadlineBoundsTheEnrollment(t *testing.T) {
 		t.Fatal("a timed-out enrollment left a netns held or rules behind")
 	}
 
-	// A deadline that passed during resolve stops before the netns is opened.
+	// A deadline that passed during resolve: nothing is changed, the
+	// netns is not kept.
 	h.redir.hook = nil
 	done, c2 := context.WithCancelCause(ctx)
 	c2(cause)
-	if _, err := h.core.Enroll(done, h.pod("b", 200, meshOn)); FailedStep(err) != StepNetns || !errors.Is(err, cause) {
-		t.Fatalf("Enroll after the deadline = %v, want a netns-step failure with the cause", err)
+	if _, err := h.core.Enroll(done, h.pod("b", 200, meshOn)); FailedStep(err) != StepRedirect || !errors.Is(err, cause) {
+		t.Fatalf("Enroll after the deadline = %v, want a redirect-step failure with the cause", err)
 	}
 	wantCalls(t, h)
+	if h.opener.openCount() != 0 {
+		t.Fatal("a timed-out enrollment kept a netns open")
+	}
+
+	// An enrolled pod found unchanged needs no time: the fail-closed gate
+	// (a late CreateContainer) must not refuse it.
+	podC := h.pod("c", 300, meshOn)
+	if _, err := h.core.Enroll(ctx, podC); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if res, err := h.core.Enroll(done, podC); err != nil || !res.Enrolled {
+		t.Fatalf("no-op Enroll after the deadline = %+v, %v; want enrolled", res, err)
+	}
+
+	// The deadline passes while the previous enrollment is released (new
+	// netns): the new one is not applied, and its netns is not kept.
+	late, cancelLate := context.WithCancelCause(ctx)
+	h.proxy.onDel = func() { cancelLate(cause) }
+	if _, err := h.core.Enroll(late, h.pod("c", 301, meshOn)); FailedStep(err) != StepRedirect || !errors.Is(err, cause) {
+		t.Fatalf("Enroll timing out during the release = %v, want a redirect-step failure", err)
+	}
+	h.proxy.onDel = nil
+	wantCalls(t, h, "del c", "remove c inode=300 scope=host")
+	wantState(t, h, "c", StateFailed, "redirect")
+	if h.opener.openCount() != 0 {
+		t.Fatalf("%d netns held after the timed-out re-enrollment, want none", h.opener.openCount())
+	}
+
+	// Pods that already run (Reconcile) are not cut short between steps.
+	if err := h.core.Reconcile(done, []Pod{h.pod("d", 400, meshOn)}); err != nil {
+		t.Fatalf("Reconcile with the deadline passed: %v", err)
+	}
+	wantState(t, h, "d", StateEnrolled, "")
 }
 
 // TestReadersDoNotWaitForAPod: status, the pod list and the records are
@@ -193,5 +228,17 @@ func TestReadersDoNotWaitForAPod(t *testing.T) {
 	}
 	if records, _ := h.core.Records(); len(records) != 2 {
 		t.Fatalf("%d records after both enrolled, want 2", len(records))
+	}
+}
+
+// TestRedirectionStatusNames: the names are what istiod reads in the pod's
+// ambient.istio.io/redirection annotation.
+func TestRedirectionStatusNames(t *testing.T) {
+	for st, want := range map[RedirectionStatus]string{
+		RedirectionPending: "pending", RedirectionEnabled: "enabled", RedirectionRemoved: "removed",
+	} {
+		if got := st.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", int(st), got, want)
+		}
 	}
 }

@@ -25,10 +25,6 @@ type Handle struct {
 	closed bool
 }
 
-// Path is the path the namespace was opened from (informational: the path
-// may be gone while the handle stays valid).
-func (h *Handle) Path() string { return h.path }
-
 // Inode identifies the namespace: two handles refer to the same namespace
 // exactly when their inodes are equal (nsfs has a single device).
 func (h *Handle) Inode() uint64 { return h.inode }

@@ -16,6 +16,16 @@ func Open(path string) (*Handle, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open netns: %w", &os.PathError{Op: "open", Path: path, Err: err})
 	}
+	if fd < 3 {
+		// The netlink and nftables libraries read a namespace fd of 0 as
+		// "the current namespace", the node's: never hand one out.
+		high, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		_ = unix.Close(fd)
+		if err != nil {
+			return nil, fmt.Errorf("netns %s: dup fd: %w", path, err)
+		}
+		fd = high
+	}
 	inode, err := Identify(fd)
 	if err != nil {
 		_ = unix.Close(fd)

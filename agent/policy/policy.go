@@ -159,7 +159,7 @@ func boolAnnotation(annotations map[string]string, key string, warnings *[]strin
 	}
 	b, err := strconv.ParseBool(v)
 	if err != nil {
-		*warnings = append(*warnings, fmt.Sprintf("annotation %s=%q is not a boolean; using the node's default", key, v))
+		*warnings = append(*warnings, fmt.Sprintf("annotation %s=%q is not a boolean; ignored (the setting is left to other sources and the node's default)", key, v))
 		return nil
 	}
 	return &b

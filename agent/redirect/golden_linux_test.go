@@ -372,7 +372,7 @@ func TestAdoption(t *testing.T) {
 		first := w(pod, settings)
 		account, err := newBareRedirector(t, BackendNftables).Apply(context.Background(), first, nil)
 		must(t, err)
-		if account != "nftables ipv4 dns-capture inbound-capture" {
+		if account != "nftables/v1 ipv4 dns-capture inbound-capture" {
 			t.Fatalf("account %q", account)
 		}
 		rec := first.Record
@@ -395,7 +395,7 @@ func TestAdoption(t *testing.T) {
 		pod := podNetns(t)
 		prior := enrollOnce(t, pod)
 		before := tableHandle(t, pod)
-		prior.Redirection = "nftables ipv4 inbound-capture" // e.g. written by an agent with other rules
+		prior.Redirection = "nftables/v0 ipv4 dns-capture inbound-capture" // an older meshlet's rules
 		must(t, func() error {
 			_, err := newBareRedirector(t, BackendNftables).Apply(context.Background(), w(pod, settings), prior)
 			return err

@@ -77,6 +77,6 @@ func checkGolden(t *testing.T, name, got string) {
 		t.Fatalf("%v (run `go test ./agent/redirect -run '%s' -update` to create it; the kernel tests need root)", err, t.Name())
 	}
 	if got != string(want) {
-		t.Fatalf("%s differs from %s (rerun with -update if the change is intended)\n--- got\n%s\n--- want\n%s", name, path, got, want)
+		t.Fatalf("%s differs from %s (if the change is intended: rerun with -update, and bump RulesVersion when the installed rules changed)\n--- got\n%s\n--- want\n%s", name, path, got, want)
 	}
 }

@@ -25,7 +25,7 @@ type iptablesHostSNAT struct {
 	netns int
 }
 
-var _ HostSNAT = (*iptablesHostSNAT)(nil)
+var _ hostSNAT = (*iptablesHostSNAT)(nil)
 
 func newIptablesHostSNAT(ipt *iptablesBackend, netnsFd int) (*iptablesHostSNAT, error) {
 	h := &iptablesHostSNAT{ipt: ipt, netns: netnsFd}

@@ -26,8 +26,8 @@ const (
 	hostSNATName = "postrouting-probe-snat"
 )
 
-// HostSNAT maintains the node's probe SNAT state.
-type HostSNAT interface {
+// hostSNAT maintains the node's probe SNAT state.
+type hostSNAT interface {
 	// Add puts the pod's addresses in the SNAT sets.
 	Add(ips []netip.Addr) error
 	// Delete takes them out; absent ones are ignored.
@@ -50,7 +50,7 @@ type nftHostSNAT struct {
 	conn  *nftables.Conn
 }
 
-var _ HostSNAT = (*nftHostSNAT)(nil)
+var _ hostSNAT = (*nftHostSNAT)(nil)
 
 func hostConn(netnsFd int) (*nftables.Conn, error) {
 	opts := []nftables.ConnOption{nftables.AsLasting()}

@@ -1,7 +1,5 @@
 package redirect
 
-import "github.com/meshlet/meshlet/internal/flagenum"
-
 // Backend names an in-pod rule backend.
 type Backend string
 
@@ -9,13 +7,6 @@ const (
 	BackendNftables Backend = "nftables"
 	BackendIptables Backend = "iptables"
 )
-
-// Set implements flag.Value.
-func (b *Backend) Set(s string) error {
-	return flagenum.New(b, "redirect backend", BackendNftables, BackendIptables).Set(s)
-}
-
-func (b *Backend) String() string { return string(*b) }
 
 // IptablesVariant selects iptables-nft or iptables-legacy.
 type IptablesVariant string
@@ -25,13 +16,6 @@ const (
 	VariantNft    IptablesVariant = "nft"
 	VariantLegacy IptablesVariant = "legacy"
 )
-
-// Set implements flag.Value.
-func (v *IptablesVariant) Set(s string) error {
-	return flagenum.New(v, "iptables variant", VariantAuto, VariantNft, VariantLegacy).Set(s)
-}
-
-func (v *IptablesVariant) String() string { return string(*v) }
 
 // Config configures a Redirector.
 type Config struct {

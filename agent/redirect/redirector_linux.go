@@ -16,7 +16,7 @@ import (
 type Redirector struct {
 	cfg     Config
 	backend podBackend
-	host    HostSNAT
+	host    hostSNAT
 }
 
 var _ enroll.Redirector = (*Redirector)(nil)
@@ -79,13 +79,14 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 	return account, nil
 }
 
-// account is what a pod's record keeps of its rules.
+// account is what a pod's record keeps of its rules: backend, rules
+// version and plan ("nftables/v1 ipv4+ipv6 dns-capture inbound-capture").
 func (r *Redirector) account(p Plan) string {
 	backend := r.cfg.Backend
 	if backend == "" {
 		backend = BackendNftables
 	}
-	return string(backend) + " " + p.String()
+	return fmt.Sprintf("%s/v%d %s", backend, RulesVersion, p)
 }
 
 func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan, adoptable bool) error {

@@ -63,6 +63,13 @@ func (f Family) loopback() netip.Addr {
 	return netip.IPv6Loopback()
 }
 
+// RulesVersion is the version of the in-pod rules this meshlet writes
+// (either backend). It is part of every pod record's account of its rules,
+// so a restarted meshlet keeps a pod's rules only when they were written by
+// the same version. Bump it with any change to what the backends install
+// (the golden files under testdata/ change with it).
+const RulesVersion = 1
+
 // ErrNoAddresses is returned for a pod without IP addresses: nothing can be
 // redirected (and the node-side probe SNAT has nothing to match).
 var ErrNoAddresses = errors.New("pod has no IP addresses")

@@ -59,3 +59,18 @@ func TestPlanFor(t *testing.T) {
 		t.Fatalf("PlanFor without addresses = %v, want ErrNoAddresses", err)
 	}
 }
+
+// TestPlanString: the plan's text is part of every checkpointed record's
+// account of its rules; changing it makes a restarted meshlet rewrite every
+// pod's rules once, so it changes only on purpose.
+func TestPlanString(t *testing.T) {
+	for p, want := range map[*Plan]string{
+		{Families: []Family{IPv4, IPv6}, DNSCapture: true, InboundCapture: true}: "ipv4+ipv6 dns-capture inbound-capture",
+		{Families: []Family{IPv4}, InboundCapture: true}:                         "ipv4 inbound-capture",
+		{Families: []Family{IPv6}, DNSCapture: true}:                             "ipv6 dns-capture",
+	} {
+		if got := p.String(); got != want {
+			t.Errorf("%+v.String() = %q, want %q", *p, got, want)
+		}
+	}
+}

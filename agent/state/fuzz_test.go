@@ -12,7 +12,7 @@ import (
 func FuzzParse(f *testing.F) {
 	for _, seed := range []string{
 		`{"version":2,"pods":[]}`,
-		`{"version":2,"pods":[{"uid":"a","name":"p","namespace":"n","serviceAccount":"sa","netnsInode":7,"ips":["192.0.2.1","2001:db8::1"],"settings":{"dnsCapture":true,"bypassInbound":false},"redirection":"nftables ipv4+ipv6 dns-capture inbound-capture"}]}`,
+		`{"version":2,"pods":[{"uid":"a","name":"p","namespace":"n","serviceAccount":"sa","netnsInode":7,"ips":["192.0.2.1","2001:db8::1"],"settings":{"dnsCapture":true,"bypassInbound":false},"redirection":"nftables/v1 ipv4+ipv6 dns-capture inbound-capture"}]}`,
 		`{"version":1,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"],"dnsCapture":true}]}`,
 		`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"]},{"uid":"a","netnsInode":2,"ips":["192.0.2.2"]}]}`,
 		`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":[""]}]}`,
@@ -21,7 +21,7 @@ func FuzzParse(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		cp, err := Parse(b)
+		cp, err := parse(b)
 		if err != nil {
 			return
 		}
@@ -36,7 +36,7 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err := Parse(out)
+		again, err := parse(out)
 		if err != nil {
 			t.Fatalf("a written checkpoint is refused: %v\n%s", err, out)
 		}

@@ -38,9 +38,14 @@ type Checkpoint struct {
 // ErrCorrupt marks a checkpoint that exists but cannot be used.
 var ErrCorrupt = errors.New("corrupt checkpoint")
 
+// ErrOtherVersion marks a well-formed checkpoint of another format version
+// (written by an older or newer meshlet): not corrupt, just not readable
+// here.
+var ErrOtherVersion = errors.New("checkpoint of another version")
+
 // Load reads the checkpoint in dir. A missing file is an empty checkpoint;
-// an unparsable, other-version or inconsistent file is ErrCorrupt, with
-// the path and the reason.
+// another format version is ErrOtherVersion; an unparsable or inconsistent
+// file is ErrCorrupt; each with the path and the reason.
 func Load(dir string) (Checkpoint, error) {
 	path := filepath.Join(dir, FileName)
 	b, err := os.ReadFile(path)
@@ -50,22 +55,25 @@ func Load(dir string) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("read checkpoint %s: %w", path, err)
 	}
-	cp, err := Parse(b)
+	cp, err := parse(b)
+	if errors.Is(err, ErrOtherVersion) {
+		return Checkpoint{}, fmt.Errorf("%s: %w", path, err)
+	}
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("%w %s: %w", ErrCorrupt, path, err)
 	}
 	return cp, nil
 }
 
-// Parse decodes and checks a checkpoint: the current version, and every
+// parse decodes and checks a checkpoint: the current version, and every
 // pod with a UID (once), a netns inode and at least one address.
-func Parse(b []byte) (Checkpoint, error) {
+func parse(b []byte) (Checkpoint, error) {
 	var cp Checkpoint
 	if err := json.Unmarshal(b, &cp); err != nil {
 		return Checkpoint{}, err
 	}
 	if cp.Version != Version {
-		return Checkpoint{}, fmt.Errorf("version %d, this meshlet reads version %d", cp.Version, Version)
+		return Checkpoint{}, fmt.Errorf("%w: version %d, this meshlet reads version %d", ErrOtherVersion, cp.Version, Version)
 	}
 	seen := make(map[string]bool, len(cp.Pods))
 	for i, p := range cp.Pods {

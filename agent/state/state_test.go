@@ -17,9 +17,9 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	records := []enroll.Record{
 		{UID: "b", Name: "p2", Namespace: "n", ServiceAccount: "sa", NetnsInode: 2, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")},
-			Settings: enroll.Settings{DNSCapture: true}, Redirection: "nftables ipv4 dns-capture inbound-capture"},
+			Settings: enroll.Settings{DNSCapture: true}, Redirection: "nftables/v1 ipv4 dns-capture inbound-capture"},
 		{UID: "a", Name: "p1", Namespace: "n", ServiceAccount: "default", NetnsInode: 1, IPs: []netip.Addr{netip.MustParseAddr("2001:db8::1")},
-			Settings: enroll.Settings{BypassInbound: true}, Redirection: "iptables ipv6"},
+			Settings: enroll.Settings{BypassInbound: true}, Redirection: "iptables/v1 ipv6"},
 	}
 	if err := Save(dir, records); err != nil {
 		t.Fatal(err)
@@ -48,7 +48,6 @@ func TestCorruptIsRefusedLoudly(t *testing.T) {
 	const pod = `"uid":"a","netnsInode":1,"ips":["192.0.2.1"]`
 	for name, c := range map[string]struct{ content, reason string }{
 		"truncated":      {`{"version":2,"pods":[{"uid":"a"`, "unexpected end"},
-		"older version":  {`{"version":1,"pods":[]}`, "version 1, this meshlet reads version 2"},
 		"no uid":         {`{"version":2,"pods":[{"netnsInode":1,"ips":["192.0.2.1"]}]}`, "pods[0]: no uid"},
 		"no inode":       {`{"version":2,"pods":[{"uid":"a","ips":["192.0.2.1"]}]}`, "no netnsInode"},
 		"no addresses":   {`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":[]}]}`, "no ips"},
@@ -67,6 +66,19 @@ func TestCorruptIsRefusedLoudly(t *testing.T) {
 				t.Fatalf("Load = %v, want ErrCorrupt naming the file and %q", err, c.reason)
 			}
 		})
+	}
+}
+
+// TestOtherVersionIsNotCorrupt: a checkpoint an older (or newer) meshlet
+// wrote is refused as such, not as a corrupt file.
+func TestOtherVersionIsNotCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(`{"version":1,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"],"dnsCapture":true}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(dir)
+	if !errors.Is(err, ErrOtherVersion) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version 1, this meshlet reads version 2") {
+		t.Fatalf("Load = %v, want ErrOtherVersion naming both versions", err)
 	}
 }
 

@@ -164,11 +164,13 @@ func (c *conn) request(ctx context.Context, req *zdspb.WorkloadRequest, kind, ui
 		return nil
 	case <-timer.C:
 		err := fmt.Errorf("no ack for %s within %v", kind, c.ackTimeout)
-		c.close(err)
+		// The connection's cause (logged when it goes) names the pod whose
+		// request stalled; the caller's error does not repeat it.
+		c.close(fmt.Errorf("no ack for %s of pod %s within %v", kind, uid, c.ackTimeout))
 		return err
 	case <-ctx.Done():
 		err := fmt.Errorf("%s abandoned while waiting for ack: %w", kind, context.Cause(ctx))
-		c.close(err)
+		c.close(fmt.Errorf("%s of pod %s abandoned while waiting for ack: %w", kind, uid, context.Cause(ctx)))
 		return err
 	case <-c.done:
 		return fmt.Errorf("%w while waiting for ack to %s: %v", errConnClosed, kind, c.cause())

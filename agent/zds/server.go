@@ -286,7 +286,7 @@ func (s *Server) handle(ctx context.Context, c *conn) {
 			nacks++
 			logger.Info("ztunnel refused a workload during replay", "podUID", w.uid, "reason", nack.Reason)
 		default:
-			logger.Info("Snapshot replay aborted", "err", err)
+			logger.Info("Snapshot replay aborted", "podUID", w.uid, "err", err)
 			c.close(err)
 			<-c.done
 			return

@@ -1,0 +1,36 @@
+package agent
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestStateDirMustBeWritable: a state dir that cannot be created is refused
+// at start-up. Root writes through directory permissions, so as root (CI)
+// the parent is a read-only bind mount, which stops root too (EROFS).
+func TestStateDirMustBeWritable(t *testing.T) {
+	ro := filepath.Join(t.TempDir(), "ro")
+	if err := os.Mkdir(ro, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		if err := unix.Mount(ro, ro, "", unix.MS_BIND, ""); err != nil {
+			t.Fatalf("bind mount: %v", err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(ro, unix.MNT_DETACH) })
+		if err := unix.Mount("", ro, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			t.Fatalf("remount read-only: %v", err)
+		}
+	}
+	cfg, err := parse(t, []string{"--standalone", "--state-dir=" + filepath.Join(ro, "state")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--state-dir") || !strings.Contains(err.Error(), "not writable") {
+		t.Fatalf("Validate = %v, want an error naming --state-dir saying not writable", err)
+	}
+}
