@@ -24,11 +24,12 @@ build:
 deps:
 	./hack/install-deps.sh
 
-## test: every test tier (unit, kernel, end to end on a real containerd);
-## as root nothing is skipped
+## test: every test tier (unit, kernel, end to end on a real containerd,
+## a real single-node cluster); as root nothing is skipped
 test: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
+	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
 	  $(GO) test $(TEST_FLAGS) ./...
 
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)

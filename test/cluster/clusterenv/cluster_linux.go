@@ -1,0 +1,375 @@
+package clusterenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshlet/meshlet/test/kube/kubeenv"
+)
+
+// BinEnv names the variable holding the directory test/cluster/install.sh
+// prints.
+const BinEnv = "MESHLET_CLUSTER_BIN"
+
+// Options configures a cluster.
+type Options struct {
+	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
+	// kube-scheduler and kubelet (test/cluster/install.sh prints it).
+	BinDir string
+	// Dir is the working directory (keep it short: socket paths).
+	Dir string
+	// NetnsPath is the network namespace every component runs in: the
+	// runtime's (env.Env.NetnsPath).
+	NetnsPath string
+	// CRISocket is the runtime's CRI socket.
+	CRISocket string
+	// NodeName is the kubelet's node.
+	NodeName string
+	// RemoveSandboxes removes every pod sandbox from the runtime. Stop
+	// calls it once the kubelet is gone: a deleted pod's sandbox lingers
+	// until the kubelet's garbage collection, and its cgroups cannot be
+	// removed while it does.
+	RemoveSandboxes func() error
+	Logf            func(format string, args ...any)
+}
+
+// Cluster is a running single-node cluster.
+type Cluster struct {
+	opts Options
+	// Kube is the control plane's etcd and kube-apiserver.
+	Kube   *kubeenv.Env
+	Client kubernetes.Interface
+	procs  []*proc // in start order; stopped in reverse
+	undo   []func() error
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// kubelet's changes to the machine that Stop undoes (it rewrites these
+// with protectKernelDefaults off, which it needs without
+// CAP_SYS_RESOURCE).
+var kubeletSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops"}
+
+// kubeletFixedDirs are paths the kubelet uses whatever its root dir.
+var kubeletFixedDirs = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/pods"}
+
+// Start starts the control plane, then the kubelet, and returns once the
+// node is Ready and schedulable and the default namespace's service
+// account exists. On error everything started is stopped.
+func Start(opts Options) (_ *Cluster, err error) {
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	for _, b := range []string{"kube-controller-manager", "kube-scheduler", "kubelet"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("%s missing in %q (run test/cluster/install.sh): %w", b, opts.BinDir, err)
+		}
+	}
+	c := &Cluster{opts: opts}
+	defer func() {
+		if err != nil {
+			_ = c.Stop()
+		}
+	}()
+	c.saveMachineState()
+	if err := c.addNodeAddress(); err != nil {
+		return nil, err
+	}
+	kubeDir := c.path("kube")
+	if err := os.MkdirAll(kubeDir, 0o755); err != nil {
+		return nil, err
+	}
+	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath); err != nil {
+		return nil, err
+	}
+	c.undo = append(c.undo, func() error { c.Kube.Stop(); return nil })
+	kubeconfig, err := c.Kube.Kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	if c.Client, err = kubernetes.NewForConfig(c.Kube.Config()); err != nil {
+		return nil, err
+	}
+	if err := c.start("kube-controller-manager", "--kubeconfig", kubeconfig,
+		// All controllers: without node-lifecycle the node's not-ready
+		// taint is never removed.
+		"--controllers=*", "--leader-elect=false", "--bind-address=127.0.0.1",
+		"--service-account-private-key-file", filepath.Join(kubeDir, "sa.key"),
+		"--root-ca-file", filepath.Join(kubeDir, "certs", "apiserver.crt"),
+		"--use-service-account-credentials=false"); err != nil {
+		return nil, err
+	}
+	if err := c.start("kube-scheduler", "--kubeconfig", kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1"); err != nil {
+		return nil, err
+	}
+	if err := c.startKubelet(kubeconfig); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := c.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) path(p ...string) string {
+	return filepath.Join(append([]string{c.opts.Dir}, p...)...)
+}
+
+// saveMachineState records what the kubelet will change so that Stop can
+// put it back: sysctls, fixed directories that did not exist, cgroups.
+func (c *Cluster) saveMachineState() {
+	for _, s := range kubeletSysctls {
+		p := "/proc/sys/" + s
+		if v, err := os.ReadFile(p); err == nil {
+			c.undo = append(c.undo, func() error { return os.WriteFile(p, v, 0o644) })
+		}
+	}
+	for _, d := range kubeletFixedDirs {
+		if _, err := os.Stat(d); errors.Is(err, os.ErrNotExist) {
+			c.undo = append(c.undo, func() error { return os.RemoveAll(d) })
+		}
+	}
+	existing := map[string]bool{}
+	kubepods, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods*")
+	more, _ := filepath.Glob("/sys/fs/cgroup/kubepods*")
+	for _, p := range append(kubepods, more...) {
+		existing[p] = true
+	}
+	c.undo = append(c.undo, func() error {
+		a, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods*")
+		b, _ := filepath.Glob("/sys/fs/cgroup/kubepods*")
+		var errs []error
+		for _, p := range append(a, b...) {
+			if !existing[p] {
+				errs = append(errs, removeCgroup(p))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// removeCgroup removes a cgroup directory tree, deepest first (cgroupfs
+// refuses to remove a directory that has children; files go with it).
+func removeCgroup(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // gone
+	}
+	for _, e := range ents {
+		if e.IsDir() {
+			if err := removeCgroup(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("remove cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// NodeIP is the node's address inside the namespace: the kubelet needs
+// one that is not loopback, and the namespace has no other of its own. A
+// documentation address, on the namespace's lo (it goes with the
+// namespace).
+const NodeIP = "192.0.2.100"
+
+func (c *Cluster) addNodeAddress() error {
+	ns := filepath.Base(c.opts.NetnsPath)
+	out, err := exec.Command("ip", "-n", ns, "addr", "replace", NodeIP+"/32", "dev", "lo").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("node address: %w: %s", err, out)
+	}
+	return nil
+}
+
+func (c *Cluster) startKubelet(kubeconfig string) error {
+	root := c.path("kubelet")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+protectKernelDefaults: false
+oomScoreAdj: 0
+containerRuntimeEndpoint: unix://%s
+staticPodPath: ""
+address: 127.0.0.1
+healthzBindAddress: 127.0.0.1
+readOnlyPort: 0
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+evictionHard: {}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`, c.opts.CRISocket)
+	cfgPath := c.path("kubelet.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	// The kubelet makes its root dir a shared bind mount; unmount it and
+	// everything under it when it is gone.
+	c.undo = append(c.undo, func() error {
+		_ = exec.Command("umount", "-R", "-l", root).Run()
+		return nil
+	})
+	return c.start("kubelet", "--config", cfgPath, "--kubeconfig", kubeconfig,
+		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))
+}
+
+// start runs a component inside the namespace, logging to Dir/<name>.log.
+func (c *Cluster) start(name string, args ...string) error {
+	logf, err := os.OpenFile(c.path(name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", append([]string{"--net=" + c.opts.NetnsPath, filepath.Join(c.opts.BinDir, name)}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait(); logf.Close() }()
+	c.procs = append(c.procs, p)
+	c.opts.Logf("%s started (pid %d)", name, cmd.Process.Pid)
+	return nil
+}
+
+// waitReady waits for the node to be Ready without the not-ready taint,
+// and for the default service account, which pods need to be admitted.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	var last string
+	for {
+		if err := c.exited(); err != nil {
+			return err
+		}
+		node, err := c.Client.CoreV1().Nodes().Get(ctx, c.opts.NodeName, metav1.GetOptions{})
+		switch {
+		case err != nil:
+			last = err.Error()
+		case !nodeReady(node):
+			last = "node not Ready"
+		case len(node.Spec.Taints) > 0:
+			last = fmt.Sprintf("node tainted %v", node.Spec.Taints)
+		default:
+			_, err := c.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+			if err == nil {
+				c.opts.Logf("cluster ready: node %s", c.opts.NodeName)
+				return nil
+			}
+			last = "no default service account: " + err.Error()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready: %s (logs in %s)", last, c.opts.Dir)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// exited reports a component that is no longer running.
+func (c *Cluster) exited() error {
+	for _, p := range c.procs {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("%s exited: %v (log %s)", p.name, err, c.path(p.name+".log"))
+		default:
+		}
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// Stop deletes every pod (so the kubelet tears them down and any DRA
+// Unprepare runs), stops the components in reverse order and undoes the
+// kubelet's changes to the machine. Errors are joined; every step runs.
+func (c *Cluster) Stop() error {
+	var errs []error
+	if c.Client != nil && c.exited() == nil {
+		errs = append(errs, c.deletePods())
+	}
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	c.procs = nil
+	if c.opts.RemoveSandboxes != nil {
+		errs = append(errs, c.opts.RemoveSandboxes())
+	}
+	for i := len(c.undo) - 1; i >= 0; i-- {
+		errs = append(errs, c.undo[i]())
+	}
+	c.undo = nil
+	return errors.Join(errs...)
+}
+
+// deletePods deletes every pod and waits (bounded) until the kubelet has
+// removed them.
+func (c *Cluster) deletePods() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pods := c.Client.CoreV1().Pods(metav1.NamespaceAll)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list pods: %w", err)
+	}
+	for _, p := range list.Items {
+		_ = c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})
+	}
+	for {
+		list, err := pods.List(ctx, metav1.ListOptions{})
+		if err == nil && len(list.Items) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			var names []string
+			if list != nil {
+				for _, p := range list.Items {
+					names = append(names, p.Namespace+"/"+p.Name)
+				}
+			}
+			return fmt.Errorf("pods not removed by the kubelet: %s", strings.Join(names, ", "))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Builds what a single-node cluster adds to the API tests' control plane:
+# kube-controller-manager, kube-scheduler and kubelet, from the Go module
+# proxy, in the same throwaway module test/kube/install.sh uses (never in
+# this repository). Cached by version: a later run, or a fresh clone on the
+# same machine, reuses the binaries. Cold, after test/kube/install.sh has
+# filled the Go build cache: ~6 minutes on 2 cores, ~2.5 GB of RAM at link
+# time. Prints the bin directory on the
+# last line; it also holds etcd and kube-apiserver.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+K8S_VERSION=v1.37.2
+CACHE="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
+BIN="$CACHE/cluster-bin/k8s-$K8S_VERSION"
+KUBE_BIN="$(test/kube/install.sh | tail -n 1)"
+WORK="$CACHE/kube-build/k8s" # prepared by test/kube/install.sh
+
+if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ]; then
+  echo "$BIN"
+  exit 0
+fi
+mkdir -p "$BIN.tmp"
+cd "$WORK"
+ldflags="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+for cmd in kube-controller-manager kube-scheduler kubelet; do
+  echo "cluster install: building $cmd $K8S_VERSION" >&2
+  go get "k8s.io/kubernetes/cmd/$cmd@$K8S_VERSION" >&2
+  CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$BIN.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
+done
+cp "$KUBE_BIN/etcd" "$KUBE_BIN/kube-apiserver" "$BIN.tmp/"
+rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
+echo "$BIN"
