@@ -5,8 +5,8 @@
 # this repository). Cached by version: a later run, or a fresh clone on the
 # same machine, reuses the binaries. Cold, after test/kube/install.sh has
 # filled the Go build cache: ~6 minutes on 2 cores, ~2.5 GB of RAM at link
-# time. Prints the bin directory on the
-# last line; it also holds etcd and kube-apiserver.
+# time. Prints the bin directory on the last line; it also holds etcd and
+# kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
