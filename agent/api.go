@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -13,6 +14,7 @@ import (
 // apiClients are the API server adapters: informers (the resolver), the
 // status patcher and pod events.
 type apiClients struct {
+	client  kubernetes.Interface
 	watcher *kube.Watcher
 	status  *kube.StatusPatcher
 	events  *kube.Events
@@ -33,6 +35,7 @@ func newAPIClients(cfg Config) (*apiClients, error) {
 		return nil, err
 	}
 	return &apiClients{
+		client:  client,
 		watcher: kube.NewWatcher(client, kube.WatcherConfig{NodeName: cfg.NodeName, DataplaneModeLabel: cfg.Policy.DataplaneModeLabel}),
 		status:  kube.NewStatusPatcher(client),
 		events:  kube.NewEvents(client, cfg.NodeName),

@@ -17,6 +17,7 @@ import (
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/flagenum"
 	"github.com/meshlet/meshlet/nriplugin"
 )
@@ -63,6 +64,8 @@ type Config struct {
 	Policy policy.Config
 	// PodDefaults are the per-pod settings of a pod that gives none.
 	PodDefaults enroll.Settings
+	// DRA is the kubelet plugin (off in standalone mode: no API server).
+	DRA draplugin.Config
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
@@ -70,7 +73,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
 		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults(),
-		PodDefaults: enroll.Settings{DNSCapture: true}}
+		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig()}
 }
 
 // AddFlags registers every setting on fs.
@@ -94,6 +97,11 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.Var(newListValue(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
 	fs.BoolVar(&c.PodDefaults.DNSCapture, "dns-capture", c.PodDefaults.DNSCapture, "redirect pods' DNS to ztunnel by default (per pod: annotation ambient.istio.io/dns-capture)")
 	fs.BoolVar(&c.Redirect.IPv6, "ipv6", c.Redirect.IPv6, "program IPv6 redirection for pods with IPv6 addresses")
+	fs.BoolVar(&c.DRA.Enabled, "dra", c.DRA.Enabled, "serve the DRA kubelet plugin: pods ask for the mesh with a ResourceClaim or the extended resource (off with --standalone)")
+	fs.StringVar(&c.DRA.DriverName, "dra-driver-name", c.DRA.DriverName, "DRA driver name of the mesh device (DeviceClass selector, claims' opaque config)")
+	fs.StringVar(&c.DRA.KubeletRootDir, "kubelet-root-dir", c.DRA.KubeletRootDir, "the kubelet's --root-dir: the DRA plugin registers in its plugins_registry/ and serves from plugins/<driver>/")
+	fs.IntVar(&c.DRA.Slots, "dra-slots", c.DRA.Slots, "publish this many plain mesh devices instead of one shared device, for clusters without the DRAConsumableCapacity feature (at most that many mesh pods per node; 0: one shared device)")
+	fs.StringVar(&c.DRA.PodUID, "pod-uid", c.DRA.PodUID, "meshlet's own pod UID (DaemonSet: downward API metadata.uid); enables the DRA plugin's rolling-update registration")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
 }
 
@@ -136,6 +144,11 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Policy.Validate(); err != nil {
 		return err
+	}
+	if !c.Standalone {
+		if err := c.DRA.Validate(); err != nil {
+			return err
+		}
 	}
 	// Last: the only check that looks at the node's filesystem.
 	if err := checkStateDir(c.StateDir); err != nil {

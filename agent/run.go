@@ -15,6 +15,8 @@ import (
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -53,10 +55,24 @@ func Run(ctx context.Context, cfg Config) error {
 		defer api.events.Shutdown()
 		resolver, status = api.watcher, api.status
 	}
-	// Per-pod settings, highest precedence first: the pod's annotations,
-	// then (in the core) the node's defaults.
-	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: pol, Settings: []enroll.SettingsSource{pol},
-		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: status},
+	// Per-pod settings, highest precedence first: the pod's mesh claims,
+	// its annotations, then (in the core) the node's defaults. A claim also
+	// makes its pod must-mesh.
+	var decide enroll.Policy = pol
+	settings := []enroll.SettingsSource{pol}
+	var claims *draplugin.ClaimStore
+	dra := cfg.DRA.Enabled && !cfg.Standalone
+	if dra {
+		if claims, err = openClaims(cfg.StateDir, logger); err != nil {
+			return err
+		}
+		decide = claimPolicy{labels: pol, claims: claims}
+		settings = append([]enroll.SettingsSource{claims}, settings...)
+	}
+	// The DRA plugin joins the reporters below, before anything runs.
+	reporters := statusReporters{status}
+	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
+		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: &reporters},
 		enroll.Config{Defaults: cfg.PodDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
 	if err != nil {
 		return err
@@ -78,6 +94,27 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	plugin := nriplugin.New(nriCfg, core, m)
+	var driver *draplugin.Driver
+	if dra {
+		driver, err = draplugin.New(cfg.DRA, draplugin.Deps{Client: api.client, NodeName: cfg.NodeName, Claims: claims,
+			Pods: api.watcher, Policy: pol, Records: core,
+			NodeState: nodeState(plugin.Connected, server.Connections, cfg.ZtunnelSocket),
+			Prepared: func(pods []string) {
+				// A claim for a pod that already runs (prepared again after
+				// a restart, or late) converges it.
+				for _, uid := range pods {
+					if _, known := core.Status(uid); known {
+						api.watcher.RequestReevaluation()
+						return
+					}
+				}
+			},
+			Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6})
+		if err != nil {
+			return err
+		}
+		reporters = append(reporters, driver)
+	}
 
 	var zdsServing atomic.Bool
 	ready := func() error {
@@ -148,13 +185,18 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	stopNRI := start("NRI plugin", plugin.Run)
+	stopDRA := func() {}
+	if driver != nil {
+		stopDRA = start("DRA kubelet plugin", driver.Run)
+	}
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
-		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone)
+		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "version", version.String())
 
 	<-root.Done()
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
 	stopNRI()
+	stopDRA()
 	stopAPI()
 	stopCheckpoint() // writes the final state
 	stopZDS()

@@ -285,6 +285,17 @@ func (c *Core) Records() ([]Record, uint64) {
 	return out, c.generation
 }
 
+// Record returns the record of one enrolled pod. Its IPs slice is shared
+// with the core: do not modify it.
+func (c *Core) Record(uid string) (Record, bool) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	if v := c.view[uid]; v.record != nil {
+		return *v.record, true
+	}
+	return Record{}, false
+}
+
 // Generation moves whenever what a checkpoint should hold changed: a record
 // was added, replaced or removed, or the first Reconcile dropped the
 // checkpointed records of pods that are gone. It starts at 0.

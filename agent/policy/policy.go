@@ -4,6 +4,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,6 +36,7 @@ const (
 	ReasonZtunnel         = "ztunnel-pod"
 	ReasonRuntimeHandler  = "runtime-handler-denied"
 	ReasonSidecarInjected = "sidecar-injected"
+	ReasonClaim           = "resource-claim"
 )
 
 // Config holds the selection settings. The zero value is not useful: start
@@ -111,18 +113,9 @@ func New(cfg Config) (*Policy, error) {
 // known (info), else the sandbox's.
 func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	c := &p.cfg
-	labels, annotations := info.Metadata(pod)
-	switch {
-	case pod.HostNetwork:
-		return skip(ReasonHostNetwork)
-	case slices.Contains(c.ExcludedNamespaces, pod.Namespace):
-		return skip(ReasonExcludedNS)
-	case p.isZtunnel(pod.Namespace, labels):
-		return skip(ReasonZtunnel)
-	case pod.RuntimeHandler != "" && slices.Contains(c.DeniedRuntimeHandlers, pod.RuntimeHandler):
-		return skip(ReasonRuntimeHandler)
-	case hasKey(annotations, c.SidecarStatusAnnotation):
-		return skip(ReasonSidecarInjected)
+	labels, _ := info.Metadata(pod)
+	if reason := p.ineligible(pod, info); reason != "" {
+		return skip(reason)
 	}
 	switch podMode := labels[c.DataplaneModeLabel]; {
 	case podMode == DataplaneModeNone:
@@ -134,6 +127,64 @@ func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	default:
 		return skip(ReasonNotSelected)
 	}
+}
+
+// DecideClaimed decides for a pod that holds a mesh ResourceClaim: the
+// claim selects it whatever its labels say, so only what makes in-pod
+// redirection impossible or wrong (host network, an excluded namespace,
+// ztunnel itself, a denied runtime handler, a sidecar) keeps it out.
+// ClaimConflict refuses those pods, and a `none` label, before they start.
+func (p *Policy) DecideClaimed(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
+	if reason := p.ineligible(pod, info); reason != "" {
+		return skip(reason)
+	}
+	return enroll.Decision{Enroll: true, Reason: ReasonClaim}
+}
+
+// ClaimConflict says why a pod must not get a mesh claim: it could never
+// be meshed (see DecideClaimed) or its own label opts it out. nil means
+// the claim can be prepared.
+func (p *Policy) ClaimConflict(pod *enroll.Pod, info enroll.PodInfo) error {
+	labels, _ := info.Metadata(pod)
+	switch reason := p.ineligible(pod, info); reason {
+	case "":
+	case ReasonHostNetwork:
+		return errors.New("the pod uses the host network: it has no network namespace of its own to redirect")
+	case ReasonExcludedNS:
+		return fmt.Errorf("namespace %q is excluded from the mesh on this node (--excluded-namespaces)", pod.Namespace)
+	case ReasonZtunnel:
+		return errors.New("the pod is ztunnel itself")
+	case ReasonRuntimeHandler:
+		return fmt.Errorf("runtime handler %q is denied on this node (--denied-runtime-handlers): in-pod rules cannot take effect in its sandboxes", pod.RuntimeHandler)
+	case ReasonSidecarInjected:
+		return fmt.Errorf("the pod has a sidecar (annotation %s)", p.cfg.SidecarStatusAnnotation)
+	default:
+		return fmt.Errorf("the pod cannot be meshed (%s)", reason)
+	}
+	if labels[p.cfg.DataplaneModeLabel] == DataplaneModeNone {
+		return fmt.Errorf("the pod opts out of the mesh with label %s=%s", p.cfg.DataplaneModeLabel, DataplaneModeNone)
+	}
+	return nil
+}
+
+// ineligible is the reason a pod can never be enrolled, whatever selects
+// it; "" when it can be.
+func (p *Policy) ineligible(pod *enroll.Pod, info enroll.PodInfo) string {
+	c := &p.cfg
+	labels, annotations := info.Metadata(pod)
+	switch {
+	case pod.HostNetwork:
+		return ReasonHostNetwork
+	case slices.Contains(c.ExcludedNamespaces, pod.Namespace):
+		return ReasonExcludedNS
+	case p.isZtunnel(pod.Namespace, labels):
+		return ReasonZtunnel
+	case pod.RuntimeHandler != "" && slices.Contains(c.DeniedRuntimeHandlers, pod.RuntimeHandler):
+		return ReasonRuntimeHandler
+	case hasKey(annotations, c.SidecarStatusAnnotation):
+		return ReasonSidecarInjected
+	}
+	return ""
 }
 
 // PodSettings reads the pod's settings annotations (the API server's

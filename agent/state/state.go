@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
 // Version is the checkpoint format version this code reads and writes.
@@ -108,27 +109,8 @@ func Save(dir string, records []enroll.Record) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("state dir %s: %w", dir, err)
-	}
-	tmp, err := os.CreateTemp(dir, FileName+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("sync checkpoint: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, FileName)); err != nil {
-		return fmt.Errorf("install checkpoint: %w", err)
+	if err := atomicfile.Write(dir, FileName, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
 }

@@ -52,7 +52,7 @@ func TestPodWithAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := startMesh(t, "--kubeconfig="+kubeconfig)
+	m := startMesh(t, "--kubeconfig="+kubeconfig, "--dra=false") // no kubelet here
 
 	// The sandbox kubelet would create for it: same name, namespace, UID;
 	// no mesh label of its own (its namespace selects it).

@@ -48,7 +48,7 @@ func TestPodsThroughKubelet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := startMesh(t, "--kubeconfig="+kubeconfig)
+	m := startMesh(t, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir())
 
 	ctx := context.Background()
 	for ns, labels := range map[string]map[string]string{"shop": ambient, "plain": nil} {

@@ -128,6 +128,10 @@ func Start(opts Options) (_ *Cluster, err error) {
 	return c, nil
 }
 
+// KubeletRootDir is the kubelet's --root-dir: a DRA plugin registers in its
+// plugins_registry.
+func (c *Cluster) KubeletRootDir() string { return c.path("kubelet") }
+
 func (c *Cluster) path(p ...string) string {
 	return filepath.Join(append([]string{c.opts.Dir}, p...)...)
 }
@@ -201,7 +205,7 @@ func (c *Cluster) addNodeAddress() error {
 }
 
 func (c *Cluster) startKubelet(kubeconfig string) error {
-	root := c.path("kubelet")
+	root := c.KubeletRootDir()
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
@@ -319,7 +323,7 @@ func nodeReady(n *corev1.Node) bool {
 func (c *Cluster) Stop() error {
 	var errs []error
 	if c.Client != nil && c.exited() == nil {
-		errs = append(errs, c.deletePods())
+		errs = append(errs, c.DeletePods())
 	}
 	for i := len(c.procs) - 1; i >= 0; i-- {
 		p := c.procs[i]
@@ -342,9 +346,10 @@ func (c *Cluster) Stop() error {
 	return errors.Join(errs...)
 }
 
-// deletePods deletes every pod and waits (bounded) until the kubelet has
-// removed them.
-func (c *Cluster) deletePods() error {
+// DeletePods deletes every pod and waits (bounded) until the kubelet has
+// removed them. Call it before stopping a DRA plugin: the kubelet
+// unprepares a pod's claims only while their plugin runs.
+func (c *Cluster) DeletePods() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pods := c.Client.CoreV1().Pods(metav1.NamespaceAll)

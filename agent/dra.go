@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/draplugin"
+)
+
+// claimPolicy makes a pod with a prepared mesh claim must-mesh: the claim
+// selects it whatever its labels say. Other pods are decided by labels.
+type claimPolicy struct {
+	labels *policy.Policy
+	claims *draplugin.ClaimStore
+}
+
+var _ enroll.Policy = claimPolicy{}
+
+func (p claimPolicy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
+	if p.claims.Claimed(pod.UID) {
+		return p.labels.DecideClaimed(pod, info)
+	}
+	return p.labels.Decide(pod, info)
+}
+
+// statusReporters reports to each in turn (each queues; none blocks).
+type statusReporters []enroll.StatusReporter
+
+func (rs statusReporters) Report(pod enroll.PodRef, st enroll.RedirectionStatus) {
+	for _, r := range rs {
+		r.Report(pod, st)
+	}
+}
+
+// Reasons of a node that cannot enroll pods, as the device taint's value.
+const (
+	notReadyRuntime = "runtime-hook-disconnected"
+	notReadyZtunnel = "ztunnel-disconnected"
+)
+
+// nodeState is whether new pods can be enrolled: the runtime's hook is
+// connected and a ztunnel is connected to hand them to.
+func nodeState(runtimeConnected func() bool, ztunnels func() int, ztunnelSocket string) func() draplugin.NodeState {
+	return func() draplugin.NodeState {
+		switch {
+		case !runtimeConnected():
+			return draplugin.NodeState{Reason: notReadyRuntime, Message: "meshlet is not connected to the container runtime (NRI): pods would start without enrollment"}
+		case ztunnels() == 0:
+			return draplugin.NodeState{Reason: notReadyZtunnel, Message: "no ztunnel is connected to " + ztunnelSocket + ": pods cannot be handed to the mesh"}
+		}
+		return draplugin.NodeState{Ready: true}
+	}
+}
+
+// openClaims loads the prepared claims. A corrupt file is set aside
+// loudly: the claims it held lose their settings (their pods fall back to
+// labels and defaults) but meshlet serves the node.
+func openClaims(dir string, logger klog.Logger) (*draplugin.ClaimStore, error) {
+	store, err := draplugin.OpenClaimStore(dir)
+	if errors.Is(err, draplugin.ErrClaimsCorrupt) {
+		dst, aerr := draplugin.SetAsideClaims(dir, time.Now())
+		if aerr != nil {
+			return nil, fmt.Errorf("%w (and setting it aside failed: %w)", err, aerr)
+		}
+		logger.Error(err, "Prepared-claims file set aside: claims prepared before this start lost their mesh settings", "setAside", dst)
+		store, err = draplugin.OpenClaimStore(dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if n := store.Len(); n > 0 {
+		logger.Info("Prepared mesh claims loaded", "claims", n)
+	}
+	return store, nil
+}

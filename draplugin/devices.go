@@ -1,0 +1,86 @@
+package draplugin
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+)
+
+// deviceNames are the devices of the node's pool: the shared `mesh`, or
+// mesh-0 … mesh-<N-1> with --dra-slots.
+func (d *Driver) deviceNames() []string {
+	if d.cfg.Slots == 0 {
+		return []string{DeviceName}
+	}
+	names := make([]string, d.cfg.Slots)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", DeviceName, i)
+	}
+	return names
+}
+
+// resources is the node's pool: one slice, its devices tainted NoSchedule
+// while the node cannot enroll. The shared device has no capacity, so a
+// request without an amount takes a share of nothing instead of all of it.
+func (d *Driver) resources(state NodeState) resourceslice.DriverResources {
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"version":         {StringValue: ptr.To(d.deps.Version)},
+		"redirectBackend": {StringValue: ptr.To(d.deps.RedirectBackend)},
+		"ipv6":            {BoolValue: ptr.To(d.deps.IPv6)},
+	}
+	var taints []resourceapi.DeviceTaint
+	if !state.Ready {
+		taints = []resourceapi.DeviceTaint{{Key: TaintKey(d.cfg.DriverName), Value: state.Reason, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+	}
+	var devices []resourceapi.Device
+	for _, name := range d.deviceNames() {
+		dev := resourceapi.Device{Name: name, Attributes: attrs, Taints: taints}
+		if d.cfg.Slots == 0 {
+			dev.AllowMultipleAllocations = ptr.To(true)
+		}
+		devices = append(devices, dev)
+	}
+	return resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+		d.deps.NodeName: {Slices: []resourceslice.Slice{{Devices: devices}}},
+	}}
+}
+
+// healthTimeout is how long the kubelet trusts a health report; reports
+// are re-sent at a third of it.
+const healthTimeout = 30 * time.Second
+
+// WatchHealthStatus reports the devices Healthy while the node can enroll
+// pods (runtime hook connected, ztunnel connected) and Unhealthy
+// otherwise, at once on every change and again before the kubelet's
+// report would go stale.
+func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	for {
+		state, changed := d.watchState()
+		health, msg := kubeletplugin.HealthStatusHealthy, "the node enrolls pods"
+		if !state.Ready {
+			health, msg = kubeletplugin.HealthStatusUnhealthy, state.Message
+		}
+		var report kubeletplugin.DeviceHealthReport
+		now := time.Now()
+		for _, name := range d.deviceNames() {
+			report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{PoolName: d.deps.NodeName, DeviceName: name,
+				Health: health, LastUpdated: now, HealthCheckTimeout: healthTimeout, Message: msg})
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case reports <- report:
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changed:
+		case <-time.After(healthTimeout / 3):
+		}
+	}
+}

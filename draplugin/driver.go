@@ -1,0 +1,193 @@
+package draplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// PodLookup finds a pod the kubelet prepares a claim for: its facts as the
+// runtime hook will see them, and what policy needs to know about it.
+type PodLookup interface {
+	LookupPod(ctx context.Context, namespace, name, uid string) (enroll.Pod, enroll.PodInfo, error)
+}
+
+// Eligibility says why a pod must not get a mesh claim (nil: it may).
+type Eligibility interface {
+	ClaimConflict(pod *enroll.Pod, info enroll.PodInfo) error
+}
+
+// NodeState is whether the node can enroll pods now. Reason is a short
+// token (a label value, used in the device taint); Message is for people.
+type NodeState struct {
+	Ready   bool
+	Reason  string
+	Message string
+}
+
+// Deps are what the plugin talks to.
+type Deps struct {
+	Client   kubernetes.Interface
+	NodeName string
+	Claims   *ClaimStore
+	Pods     PodLookup
+	Policy   Eligibility
+	// NodeState is polled; a change is published within PollInterval.
+	NodeState func() NodeState
+	// Prepared is called (not on the kubelet's call path) with the pods
+	// of newly prepared claims: one may already run and must converge.
+	Prepared func(podUIDs []string)
+	// Records gives an enrolled pod's record, for the claim's status.
+	Records interface {
+		Record(uid string) (enroll.Record, bool)
+	}
+	// Attributes of the published devices.
+	Version, RedirectBackend string
+	IPv6                     bool
+}
+
+// PollInterval bounds how long a change of the node's state takes to
+// reach the device taint and health.
+const PollInterval = 100 * time.Millisecond
+
+// Driver is the kubelet plugin.
+type Driver struct {
+	cfg  Config
+	deps Deps
+
+	// state is the node's last seen state; changed is closed (and
+	// replaced) whenever it changes.
+	stateMu sync.Mutex
+	state   NodeState
+	changed chan struct{}
+
+	status *claimStatus
+	fail   context.CancelCauseFunc
+}
+
+var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+
+// New returns the plugin; Run registers it with the kubelet.
+func New(cfg Config, deps Deps) (*Driver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if deps.Client == nil || deps.NodeName == "" || deps.Claims == nil || deps.Pods == nil || deps.Policy == nil || deps.NodeState == nil || deps.Records == nil {
+		return nil, errors.New("draplugin: missing dependency")
+	}
+	d := &Driver{cfg: cfg, deps: deps, changed: make(chan struct{})}
+	d.state = deps.NodeState()
+	d.status = newClaimStatus(d)
+	return d, nil
+}
+
+// Run registers the plugin with the kubelet, publishes the node's slice
+// and keeps its taint and health current until ctx ends; then it
+// unregisters. The prepared claims stay on disk for the next meshlet.
+func (d *Driver) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	ctx, d.fail = context.WithCancelCause(ctx)
+	defer d.fail(nil)
+	if fi, err := os.Stat(d.cfg.registryDir()); err != nil || !fi.IsDir() {
+		return fmt.Errorf("kubelet plugin registry %s not found (is --kubelet-root-dir the kubelet's --root-dir?): %v", d.cfg.registryDir(), err)
+	}
+	if err := os.MkdirAll(d.cfg.dataDir(), 0o750); err != nil {
+		return fmt.Errorf("plugin directory: %w", err)
+	}
+	opts := []kubeletplugin.Option{
+		kubeletplugin.DriverName(d.cfg.DriverName),
+		kubeletplugin.NodeName(d.deps.NodeName),
+		kubeletplugin.KubeClient(d.deps.Client),
+		kubeletplugin.RegistrarDirectoryPath(d.cfg.registryDir()),
+		kubeletplugin.PluginDataDirectoryPath(d.cfg.dataDir()),
+	}
+	if d.cfg.PodUID != "" {
+		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(d.cfg.PodUID)))
+	}
+	helper, err := kubeletplugin.Start(ctx, d, opts...)
+	if err != nil {
+		return fmt.Errorf("start kubelet plugin %s: %w", d.cfg.DriverName, err)
+	}
+	defer helper.Stop()
+	state := d.nodeState()
+	if err := helper.PublishResources(ctx, d.resources(state)); err != nil {
+		return fmt.Errorf("publish ResourceSlice: %w", err)
+	}
+	logger.Info("DRA kubelet plugin registered", "driver", d.cfg.DriverName, "pluginDir", d.cfg.dataDir(),
+		"devices", d.deviceNames(), "rollingUpdate", d.cfg.PodUID != "", "ready", state.Ready, "reason", state.Reason)
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { d.status.run(ctx) })
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		case <-tick.C:
+		}
+		next := d.deps.NodeState()
+		if !d.setState(next) {
+			continue
+		}
+		if err := helper.PublishResources(ctx, d.resources(next)); err != nil {
+			return fmt.Errorf("publish ResourceSlice: %w", err)
+		}
+		if next.Ready {
+			logger.Info("Mesh device untainted: the node can enroll pods", "driver", d.cfg.DriverName)
+		} else {
+			logger.Info("Mesh device tainted: the node cannot enroll pods", "driver", d.cfg.DriverName, "reason", next.Reason, "detail", next.Message)
+		}
+	}
+}
+
+// nodeState is the last seen state.
+func (d *Driver) nodeState() NodeState {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	return d.state
+}
+
+// watchState returns the state and a channel closed at its next change.
+func (d *Driver) watchState() (NodeState, <-chan struct{}) {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	return d.state, d.changed
+}
+
+// setState records s and reports whether it changed.
+func (d *Driver) setState(s NodeState) bool {
+	d.stateMu.Lock()
+	defer d.stateMu.Unlock()
+	if s == d.state {
+		return false
+	}
+	d.state = s
+	close(d.changed)
+	d.changed = make(chan struct{})
+	return true
+}
+
+// HandleError logs background errors of the helper (publishing slices,
+// its gRPC servers). A fatal one stops the plugin, and with it meshlet.
+func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
+	utilruntime.HandleErrorWithContext(ctx, err, msg)
+	if !errors.Is(err, kubeletplugin.ErrRecoverable) && d.fail != nil {
+		d.fail(fmt.Errorf("%s: %w", msg, err))
+	}
+}
