@@ -2,18 +2,22 @@ package deploy_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshlet/meshlet/draplugin/apis/v1alpha1"
 	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
@@ -57,8 +61,9 @@ func create[T any](t *testing.T, file, doc string, obj *T, fn func(context.Conte
 	}
 }
 
-// TestDeployManifests: deploy/*.yaml pass the API server's validation
-// (server-side dry run), in the namespace they name.
+// TestDeployManifests: deploy/*.yaml and deploy/examples/*.yaml pass the
+// API server's validation (server-side dry run), in the namespace they name
+// (the examples, which name none: in a test namespace).
 func TestDeployManifests(t *testing.T) {
 	c, err := kubernetes.NewForConfig(shared.Get(t).Config())
 	if err != nil {
@@ -109,4 +114,84 @@ func TestDeployManifests(t *testing.T) {
 	if len(meshlet["DaemonSet"]) == 0 {
 		t.Fatal("no DaemonSet in deploy/meshlet.yaml")
 	}
+
+	dra := docs(t, "dra.yaml")
+	for kind, ds := range dra {
+		for _, doc := range ds {
+			switch kind {
+			case "DeviceClass":
+				create(t, "dra.yaml", doc, &resourcev1.DeviceClass{}, c.ResourceV1().DeviceClasses().Create)
+			case "ValidatingAdmissionPolicy":
+				create(t, "dra.yaml", doc, &admissionv1.ValidatingAdmissionPolicy{}, c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create)
+			case "ValidatingAdmissionPolicyBinding":
+				create(t, "dra.yaml", doc, &admissionv1.ValidatingAdmissionPolicyBinding{}, c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create)
+			default:
+				t.Fatalf("unexpected kind %q in deploy/dra.yaml", kind)
+			}
+		}
+	}
+	for _, kind := range []string{"DeviceClass", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		if len(dra[kind]) != 1 {
+			t.Errorf("%d %s in deploy/dra.yaml, want 1", len(dra[kind]), kind)
+		}
+	}
+
+	// The examples are namespaced and name no namespace: users create them
+	// in theirs. The ServiceAccount admission plugin wants the namespace's
+	// default service account, which no controller-manager creates here.
+	const ns = "examples"
+	_, err = c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	_, err = c.CoreV1().ServiceAccounts(ns).Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for file, want := range map[string][]string{
+		"examples/mesh-by-resource.yaml": {"Pod"},
+		"examples/mesh-by-claim.yaml":    {"ResourceClaimTemplate", "Pod"},
+	} {
+		ex := docs(t, file)
+		for kind, ds := range ex {
+			for _, doc := range ds {
+				switch kind {
+				case "Pod":
+					create(t, file, doc, &corev1.Pod{}, c.CoreV1().Pods(ns).Create)
+				case "ResourceClaimTemplate":
+					var o resourcev1.ResourceClaimTemplate
+					create(t, file, doc, &o, c.ResourceV1().ResourceClaimTemplates(ns).Create)
+					// The API server takes any JSON object as opaque
+					// parameters: meshlet's decoder must take these.
+					for i, cfg := range o.Spec.Spec.Devices.Config {
+						if cfg.Opaque == nil || cfg.Opaque.Driver != "mesh.meshlet.dev" {
+							t.Errorf("%s: config[%d] is not opaque config for mesh.meshlet.dev", file, i)
+							continue
+						}
+						if _, err := v1alpha1.Decode(cfg.Opaque.Parameters.Raw, fmt.Sprintf("config[%d].opaque.parameters", i)); err != nil {
+							t.Errorf("%s: %v", file, err)
+						}
+					}
+				default:
+					t.Fatalf("unexpected kind %q in deploy/%s", kind, file)
+				}
+			}
+		}
+		for _, kind := range want {
+			if len(ex[kind]) != 1 {
+				t.Errorf("%d %s in deploy/%s, want 1", len(ex[kind]), kind, file)
+			}
+		}
+		if len(ex) != len(want) {
+			t.Errorf("deploy/%s has kinds %v, want %v", file, keys(ex), want)
+		}
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

@@ -255,6 +255,19 @@ func ptr[T any](v T) *T { return &v }
 func restrictedClient(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	c := admin(t)
+	applyRBAC(t, c)
+	tok, err := c.CoreV1().ServiceAccounts("meshlet-system").CreateToken(context.Background(), "meshlet",
+		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
+	must(t, err)
+	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
+	must(t, err)
+	return rc
+}
+
+// applyRBAC creates deploy/rbac.yaml's objects (once: later calls find
+// them).
+func applyRBAC(t *testing.T, c kubernetes.Interface) {
+	t.Helper()
 	ctx := context.Background()
 	data, err := os.ReadFile("../../deploy/rbac.yaml")
 	must(t, err)
@@ -285,12 +298,6 @@ func restrictedClient(t *testing.T) kubernetes.Interface {
 			t.Fatal(err)
 		}
 	}
-	tok, err := c.CoreV1().ServiceAccounts("meshlet-system").CreateToken(ctx, "meshlet",
-		&authv1.TokenRequest{Spec: authv1.TokenRequestSpec{ExpirationSeconds: ptr(int64(3600))}}, metav1.CreateOptions{})
-	must(t, err)
-	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
-	must(t, err)
-	return rc
 }
 
 // TestRBAC: the role in deploy/rbac.yaml allows exactly what meshlet does.
