@@ -23,27 +23,7 @@ import (
 // status annotation, and released when deleted; a pod in an unlabelled
 // namespace runs untouched.
 func TestPodsThroughKubelet(t *testing.T) {
-	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/cluster/install.sh prints (`make test` sets it)")
-	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := clusterenv.Start(clusterenv.Options{BinDir: bin, Dir: dir, NetnsPath: theEnv(t).NetnsPath(),
-		CRISocket: theEnv(t).CRISocket, NodeName: env.NodeName, Logf: t.Logf,
-		RemoveSandboxes: func() error { _, err := theEnv(t).Crictl("rmp", "--all", "--force"); return err }})
-	if err != nil {
-		t.Fatalf("cluster: %v (logs kept in %s)", err, dir)
-	}
-	t.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			t.Errorf("cluster teardown: %v", err)
-		}
-		if !t.Failed() {
-			os.RemoveAll(dir)
-		} else {
-			t.Logf("cluster logs kept in %s", dir)
-		}
-	})
+	c := startCluster(t)
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +75,34 @@ func TestPodsThroughKubelet(t *testing.T) {
 		}
 		return false
 	})
+}
+
+// startCluster starts a single-node cluster on the runtime (stopped, and
+// its machine changes undone, at the end of the test).
+func startCluster(t *testing.T) *clusterenv.Cluster {
+	t.Helper()
+	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/cluster/install.sh prints (`make test` sets it)")
+	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clusterenv.Start(clusterenv.Options{BinDir: bin, Dir: dir, NetnsPath: theEnv(t).NetnsPath(),
+		CRISocket: theEnv(t).CRISocket, NodeName: env.NodeName, Logf: t.Logf,
+		RemoveSandboxes: func() error { _, err := theEnv(t).Crictl("rmp", "--all", "--force"); return err }})
+	if err != nil {
+		t.Fatalf("cluster: %v (logs kept in %s)", err, dir)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("cluster teardown: %v", err)
+		}
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		} else {
+			t.Logf("cluster logs kept in %s", dir)
+		}
+	})
+	return c
 }
 
 // waitPod polls the pod until cond holds (at most 60 s: the first pod also

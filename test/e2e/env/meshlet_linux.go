@@ -42,7 +42,7 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 		return nil, err
 	}
 	args := append([]string{"--net=" + e.NetnsPath(), e.Meshlet,
-		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--state-dir=" + e.path("meshlet-state"), "--ztunnel-socket=" + ztunnelSocket,
+		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--state-dir=" + e.MeshletStateDir(), "--ztunnel-socket=" + ztunnelSocket,
 		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2"}, extra...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -124,3 +124,14 @@ func Inode(path string) (uint64, error) {
 	}
 	return st.Ino, nil
 }
+
+// Kill stops the daemon with SIGKILL: no shutdown step runs.
+func (m *Meshlet) Kill() error {
+	_ = m.cmd.Process.Kill()
+	err := <-m.exited
+	m.exited <- err
+	return nil
+}
+
+// MeshletStateDir is the daemon's --state-dir.
+func (e *Env) MeshletStateDir() string { return e.path("meshlet-state") }
