@@ -349,7 +349,9 @@ func waitEvent(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod, text string) 
 			seen = append(seen, e.Reason+": "+e.Message)
 		}
 		return false, ""
-	}, func() string { return "an event of pod " + p.Name + " containing " + text + "; seen: " + strings.Join(seen, " | ") })
+	}, func() string {
+		return "an event of pod " + p.Name + " containing " + text + "; seen: " + strings.Join(seen, " | ")
+	})
 }
 
 // waitDeviceTaint waits until the node's mesh device is (or is not)
@@ -378,7 +380,9 @@ func waitDeviceTaint(t *testing.T, c *clusterenv.Cluster, tainted bool) {
 			}
 		}
 		return false, ""
-	}, func() string { return "mesh device tainted=" + map[bool]string{true: "true", false: "false"}[tainted] + "; devices: " + last })
+	}, func() string {
+		return "mesh device tainted=" + map[bool]string{true: "true", false: "false"}[tainted] + "; devices: " + last
+	})
 }
 
 // preparedClaims reads meshlet's prepared-claims file.
