@@ -35,16 +35,22 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket})
-	if err != nil {
-		return err
+	// Each component gets a lifetime of its own, so shutdown can be ordered;
+	// a component that fails cancels the root with its error as the cause.
+	root, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	start := func(name string, run func(context.Context) error) (stop func()) {
+		cctx, cancel := context.WithCancel(context.WithoutCancel(root))
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := run(cctx); err != nil {
+				fail(fmt.Errorf("%s: %w", name, err))
+			} else if cctx.Err() == nil {
+				fail(fmt.Errorf("%s stopped unexpectedly", name))
+			}
+		})
+		return func() { cancel(); wg.Wait() }
 	}
-	defer server.Close()
-	redir, err := redirect.New(cfg.Redirect)
-	if err != nil {
-		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
-	}
-	defer redir.Close() // rules stay: see above
 	var resolver enroll.PodInfoResolver = standaloneResolver{}
 	var status enroll.StatusReporter = logStatus{logger: logger}
 	var api *apiClients
@@ -69,6 +75,41 @@ func Run(ctx context.Context, cfg Config) error {
 		decide = claimPolicy{labels: pol, claims: claims}
 		settings = append([]enroll.SettingsSource{claims}, settings...)
 	}
+	var driver *draplugin.Driver
+	stopDRA := func() {}
+	if dra {
+		driver, err = draplugin.New(cfg.DRA, draplugin.Deps{Client: api.client, NodeName: cfg.NodeName, Claims: claims,
+			Pods: api.watcher, Policy: pol, Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6})
+		if err != nil {
+			return err
+		}
+		// Served before the node lock: during an update the kubelet may
+		// prepare claims through this meshlet while the previous one still
+		// serves the node.
+		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
+		defer stopDRA()
+	}
+	release, err := acquireNodeLock(root, cfg.StateDir)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // asked to stop while waiting
+		}
+		if root.Err() != nil {
+			return context.Cause(root)
+		}
+		return err
+	}
+	defer release()
+	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket})
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	redir, err := redirect.New(cfg.Redirect)
+	if err != nil {
+		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
+	}
+	defer redir.Close() // rules stay: see above
 	// The DRA plugin joins the reporters below, before anything runs.
 	reporters := statusReporters{status}
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
@@ -94,11 +135,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	plugin := nriplugin.New(nriCfg, core, m)
-	var driver *draplugin.Driver
-	if dra {
-		driver, err = draplugin.New(cfg.DRA, draplugin.Deps{Client: api.client, NodeName: cfg.NodeName, Claims: claims,
-			Pods: api.watcher, Policy: pol, Records: core,
-			NodeState: nodeState(plugin.Connected, server.Connections, cfg.ZtunnelSocket),
+	if driver != nil {
+		reporters = append(reporters, driver)
+		driver.Lead(draplugin.Node{State: nodeState(plugin.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
 			Prepared: func(pods []string) {
 				// A claim for a pod that already runs (prepared again after
 				// a restart, or late) converges it.
@@ -108,12 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 						return
 					}
 				}
-			},
-			Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6})
-		if err != nil {
-			return err
-		}
-		reporters = append(reporters, driver)
+			}})
 	}
 
 	var zdsServing atomic.Bool
@@ -151,22 +185,6 @@ func Run(ctx context.Context, cfg Config) error {
 		servers = append(servers, s)
 	}
 
-	// Each component gets a lifetime of its own, so shutdown can be ordered;
-	// a component that fails cancels the root with its error as the cause.
-	root, fail := context.WithCancelCause(ctx)
-	defer fail(nil)
-	start := func(name string, run func(context.Context) error) (stop func()) {
-		cctx, cancel := context.WithCancel(context.WithoutCancel(root))
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			if err := run(cctx); err != nil {
-				fail(fmt.Errorf("%s: %w", name, err))
-			} else if cctx.Err() == nil {
-				fail(fmt.Errorf("%s stopped unexpectedly", name))
-			}
-		})
-		return func() { cancel(); wg.Wait() }
-	}
 	stopZDS := start("ztunnel server", func(ctx context.Context) error {
 		zdsServing.Store(true)
 		defer zdsServing.Store(false)
@@ -185,10 +203,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	stopNRI := start("NRI plugin", plugin.Run)
-	stopDRA := func() {}
-	if driver != nil {
-		stopDRA = start("DRA kubelet plugin", driver.Run)
-	}
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "version", version.String())
 

@@ -59,6 +59,11 @@ const healthTimeout = 30 * time.Second
 // otherwise, at once on every change and again before the kubelet's
 // report would go stale.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	select { // a meshlet that does not serve the node yet knows nothing
+	case <-ctx.Done():
+		return nil
+	case <-d.leading:
+	}
 	for {
 		state, changed := d.watchState()
 		health, msg := kubeletplugin.HealthStatusHealthy, "the node enrolls pods"

@@ -43,18 +43,23 @@ type Deps struct {
 	Claims   *ClaimStore
 	Pods     PodLookup
 	Policy   Eligibility
-	// NodeState is polled; a change is published within PollInterval.
-	NodeState func() NodeState
-	// Prepared is called (not on the kubelet's call path) with the pods
-	// of newly prepared claims: one may already run and must converge.
-	Prepared func(podUIDs []string)
+	// Attributes of the published devices.
+	Version, RedirectBackend string
+	IPv6                     bool
+}
+
+// Node is the meshlet that serves the node's runtime hook and ztunnel:
+// what the driver needs to publish the node's device and report claims.
+type Node struct {
+	// State is polled; a change is published within PollInterval.
+	State func() NodeState
 	// Records gives an enrolled pod's record, for the claim's status.
 	Records interface {
 		Record(uid string) (enroll.Record, bool)
 	}
-	// Attributes of the published devices.
-	Version, RedirectBackend string
-	IPv6                     bool
+	// Prepared is called (not on the kubelet's call path) with the pods
+	// of newly prepared claims: one may already run and must converge.
+	Prepared func(podUIDs []string)
 }
 
 // PollInterval bounds how long a change of the node's state takes to
@@ -74,6 +79,10 @@ type Driver struct {
 
 	status *claimStatus
 	fail   context.CancelCauseFunc
+
+	// node is set once by Lead; leading is closed then.
+	node    Node
+	leading chan struct{}
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -83,13 +92,26 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if deps.Client == nil || deps.NodeName == "" || deps.Claims == nil || deps.Pods == nil || deps.Policy == nil || deps.NodeState == nil || deps.Records == nil {
+	if deps.Client == nil || deps.NodeName == "" || deps.Claims == nil || deps.Pods == nil || deps.Policy == nil {
 		return nil, errors.New("draplugin: missing dependency")
 	}
-	d := &Driver{cfg: cfg, deps: deps, changed: make(chan struct{})}
-	d.state = deps.NodeState()
+	d := &Driver{cfg: cfg, deps: deps, changed: make(chan struct{}), leading: make(chan struct{})}
+	d.state = NodeState{Reason: "starting", Message: "meshlet is starting"}
 	d.status = newClaimStatus(d)
 	return d, nil
+}
+
+// Lead makes this driver the node's: it publishes the node's device and
+// reports enrollments into claims. Until then it only prepares and
+// unprepares claims, which is what a new meshlet does while the previous
+// one still serves the node (both are registered with the kubelet during
+// a rolling update, and the kubelet may call either). Call it once.
+func (d *Driver) Lead(node Node) {
+	if node.State == nil || node.Records == nil {
+		panic("draplugin: Lead without node state or records")
+	}
+	d.node = node
+	close(d.leading)
 }
 
 // Run registers the plugin with the kubelet, publishes the node's slice
@@ -120,12 +142,18 @@ func (d *Driver) Run(ctx context.Context) error {
 		return fmt.Errorf("start kubelet plugin %s: %w", d.cfg.DriverName, err)
 	}
 	defer helper.Stop()
-	state := d.nodeState()
+	logger.Info("DRA kubelet plugin registered", "driver", d.cfg.DriverName, "pluginDir", d.cfg.dataDir(), "rollingUpdate", d.cfg.PodUID != "")
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-d.leading:
+	}
+	state := d.node.State()
+	d.setState(state)
 	if err := helper.PublishResources(ctx, d.resources(state)); err != nil {
 		return fmt.Errorf("publish ResourceSlice: %w", err)
 	}
-	logger.Info("DRA kubelet plugin registered", "driver", d.cfg.DriverName, "pluginDir", d.cfg.dataDir(),
-		"devices", d.deviceNames(), "rollingUpdate", d.cfg.PodUID != "", "ready", state.Ready, "reason", state.Reason)
+	logger.Info("Publishing the node's mesh device", "devices", d.deviceNames(), "ready", state.Ready, "reason", state.Reason)
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -141,7 +169,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 		}
-		next := d.deps.NodeState()
+		next := d.node.State()
 		if !d.setState(next) {
 			continue
 		}

@@ -46,8 +46,12 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, c := range prepared {
 		logger.V(2).Info("Mesh claim prepared", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "pods", c.Pods, "settings", settingsString(c.Settings))
 	}
-	if d.deps.Prepared != nil {
-		go d.deps.Prepared(pods)
+	select {
+	case <-d.leading:
+		if d.node.Prepared != nil {
+			go d.node.Prepared(pods)
+		}
+	default: // the leading meshlet's runtime hook reads the stored claims
 	}
 	return result, nil
 }

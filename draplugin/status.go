@@ -111,7 +111,7 @@ func (s *claimStatus) write(ctx context.Context, r podReport) error {
 	case enroll.RedirectionEnabled:
 		cond.Status, cond.Reason = metav1.ConditionTrue, "Enrolled"
 		cond.Message = "traffic redirected to ztunnel, which holds the pod's network namespace"
-		if rec, ok := s.d.deps.Records.Record(r.ref.UID); ok {
+		if rec, ok := s.d.node.Records.Record(r.ref.UID); ok {
 			cond.Message += " (" + rec.Redirection + ")"
 			ips = cidrs(rec.IPs)
 		}

@@ -169,6 +169,36 @@ func TestDRA(t *testing.T) {
 	if strings.Contains(string(logAll[len(logBefore):]), "Mesh claim prepared") {
 		t.Fatal("the restarted meshlet prepared a claim again: the test did not exercise the stored claim")
 	}
+
+	// An update: a second meshlet (another pod UID) starts while the first
+	// serves. It waits on the node lock and touches neither the runtime
+	// hook nor ztunnel's socket, so a pod created during the overlap is
+	// prepared and enrolled by the first; when the first exits, the second
+	// takes over both and the DRA plugin.
+	first := m.meshlet
+	second, err := theEnv(t).StartMeshlet(m.socket, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir(), "--pod-uid=meshlet-next")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second meshlet waiting for the node lock", func() bool {
+		b, _ := os.ReadFile(m.meshlet.LogPath)
+		return strings.Contains(string(b[len(logAll):]), "Another meshlet serves this node")
+	})
+	overlap := createPod(t, c, meshPodByResource("overlap"))
+	waitPod(t, c, overlap, "Running during the overlap", running)
+	checkEnrolled(t, m, overlap, true)
+	if err := first.Stop(); err != nil {
+		t.Fatalf("first meshlet: %v", err)
+	}
+	m.meshlet = second
+	m.zt.Stop()
+	m.connectZtunnel()
+	if err := second.WaitReady(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	after := createPod(t, c, meshPodByResource("after"))
+	waitPod(t, c, after, "Running after the update", running)
+	checkEnrolled(t, m, after, true)
 }
 
 // running: the pod runs with its container ready.

@@ -1,0 +1,60 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
+)
+
+// NodeLockFile is the lock, in the state directory, that the meshlet
+// serving the node holds for as long as it runs.
+const NodeLockFile = "meshlet.lock"
+
+// lockPoll is how often a waiting meshlet tries the lock.
+const lockPoll = 100 * time.Millisecond
+
+// acquireNodeLock waits until this process holds the node lock. During a
+// DaemonSet update two meshlets can run on a node; the runtime's NRI
+// registration and ztunnel's socket belong to one of them at a time, so
+// the new one waits here, before it touches either, until the old one
+// exits (the kernel drops a dead process's lock). The lock is released
+// when the process exits or release is called.
+func acquireNodeLock(ctx context.Context, stateDir string) (release func(), err error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", stateDir, err)
+	}
+	path := filepath.Join(stateDir, NodeLockFile)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("node lock: %w", err)
+	}
+	logged := false
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			if logged {
+				klog.FromContext(ctx).Info("Node lock acquired: the previous meshlet exited", "lock", path)
+			}
+			return func() { f.Close() }, nil
+		}
+		if err != unix.EWOULDBLOCK {
+			f.Close()
+			return nil, fmt.Errorf("node lock %s: %w", path, err)
+		}
+		if !logged {
+			klog.FromContext(ctx).Info("Another meshlet serves this node; waiting for it to exit before taking the runtime hook and ztunnel's socket", "lock", path)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("waiting for the node lock %s: %w", path, context.Cause(ctx))
+		case <-time.After(lockPoll):
+		}
+	}
+}
