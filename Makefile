@@ -35,7 +35,8 @@ test: deps
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
 bench: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
-	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && { \
+	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
+	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && { \
 	  $(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/test/e2e/env"
@@ -168,4 +173,61 @@ func (h histogram) quantile(q float64) float64 {
 		lowB, lowC = h.bounds[i], c
 	}
 	return lowB
+}
+
+// BenchmarkPodStart: pod create → Running through the real kubelet, for a
+// mesh pod selected by its namespace's label and for one asking for the
+// mesh by extended resource (a claim the scheduler allocates and meshlet
+// prepares). Both are enrolled; the difference is the DRA path's cost.
+func BenchmarkPodStart(b *testing.B) {
+	c := startCluster(b)
+	applyManifest(b, c, "../../deploy/dra.yaml", "DeviceClass")
+	kubeconfig, err := c.Kube.Kubeconfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	startMesh(b, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir())
+	b.Cleanup(func() { _ = c.DeletePods() })
+	ctx := context.Background()
+	for ns, labels := range map[string]map[string]string{"bench-labels": ambient, draNamespace: nil} {
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	waitDeviceTaint(b, c, false)
+	for _, how := range []string{"label", "claim"} {
+		b.Run("mesh="+how, func(b *testing.B) {
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				i++
+				p := meshPodByResource(fmt.Sprintf("bench-%s-%d", how, i))
+				if how == "label" {
+					p = basePod(p.Name)
+					p.Namespace = "bench-labels"
+				}
+				start := time.Now()
+				p = createPod(b, c, p)
+				for !running(getPod(b, c, p)) {
+					if time.Since(start) > 60*time.Second {
+						b.Fatalf("pod %s not Running after 60s", p.Name)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				lat = append(lat, time.Since(start))
+				b.StopTimer()
+				if err := c.Client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				waitFor(b, "the pod gone", func() bool {
+					_, err := c.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+					return apierrors.IsNotFound(err)
+				})
+				b.StartTimer()
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "create-to-running-p50-ms")
+		})
+	}
 }

@@ -79,7 +79,7 @@ func TestPodsThroughKubelet(t *testing.T) {
 
 // startCluster starts a single-node cluster on the runtime (stopped, and
 // its machine changes undone, at the end of the test).
-func startCluster(t *testing.T) *clusterenv.Cluster {
+func startCluster(t testing.TB) *clusterenv.Cluster {
 	t.Helper()
 	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/cluster/install.sh prints (`make test` sets it)")
 	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
@@ -107,7 +107,7 @@ func startCluster(t *testing.T) *clusterenv.Cluster {
 
 // waitPod polls the pod until cond holds (at most 60 s: the first pod also
 // waits for the kubelet's first sync).
-func waitPod(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod, what string, cond func(*corev1.Pod) bool) {
+func waitPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, cond func(*corev1.Pod) bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

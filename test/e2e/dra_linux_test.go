@@ -207,7 +207,7 @@ func running(p *corev1.Pod) bool {
 }
 
 // applyManifest creates the objects of one kind from a manifest file.
-func applyManifest(t *testing.T, c *clusterenv.Cluster, file, kind string) {
+func applyManifest(t testing.TB, c *clusterenv.Cluster, file, kind string) {
 	t.Helper()
 	data, err := os.ReadFile(file)
 	if err != nil {
@@ -243,7 +243,7 @@ func applyManifest(t *testing.T, c *clusterenv.Cluster, file, kind string) {
 
 // exampleTemplate is the ResourceClaimTemplate users copy from
 // deploy/examples (dnsCapture: false).
-func exampleTemplate(t *testing.T) *resourceapi.ResourceClaimTemplate {
+func exampleTemplate(t testing.TB) *resourceapi.ResourceClaimTemplate {
 	t.Helper()
 	data, err := os.ReadFile("../../deploy/examples/mesh-by-claim.yaml")
 	if err != nil {
@@ -281,7 +281,7 @@ func meshPodByClaim(name, template string) *corev1.Pod {
 	return p
 }
 
-func createPod(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod) *corev1.Pod {
+func createPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	got, err := c.Client.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{})
 	if err != nil {
@@ -290,7 +290,7 @@ func createPod(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod) *corev1.Pod {
 	return got
 }
 
-func getPod(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod) *corev1.Pod {
+func getPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod) *corev1.Pod {
 	t.Helper()
 	got, err := c.Client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
 	if err != nil {
@@ -300,7 +300,7 @@ func getPod(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod) *corev1.Pod {
 }
 
 // claimOf is the name of the claim made for the pod from its template.
-func claimOf(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod) string {
+func claimOf(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod) string {
 	t.Helper()
 	for _, s := range getPod(t, c, p).Status.ResourceClaimStatuses {
 		if s.ResourceClaimName != nil {
@@ -313,7 +313,7 @@ func claimOf(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod) string {
 
 // checkEnrolled: ztunnel got exactly one Add for the pod, with its sandbox's
 // network namespace, whose rules redirect DNS exactly when dns says.
-func checkEnrolled(t *testing.T, m *mesh, p *corev1.Pod, dns bool) {
+func checkEnrolled(t testing.TB, m *mesh, p *corev1.Pod, dns bool) {
 	t.Helper()
 	m.waitFor("the pod's Add", func([]*zdstest.Request) bool { return len(m.adds(string(p.UID))) > 0 })
 	id, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
@@ -339,7 +339,7 @@ func checkEnrolled(t *testing.T, m *mesh, p *corev1.Pod, dns bool) {
 
 // waitClaimEnrolled: the claim's mesh device status says Enrolled, with
 // the pod's IP as network data.
-func waitClaimEnrolled(t *testing.T, c *clusterenv.Cluster, claim string, p *corev1.Pod) {
+func waitClaimEnrolled(t testing.TB, c *clusterenv.Cluster, claim string, p *corev1.Pod) {
 	t.Helper()
 	var last *resourceapi.ResourceClaim
 	waitForf(t, func() (bool, string) {
@@ -362,7 +362,7 @@ func waitClaimEnrolled(t *testing.T, c *clusterenv.Cluster, claim string, p *cor
 }
 
 // waitEvent waits for an event on the pod whose message contains text.
-func waitEvent(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod, text string) {
+func waitEvent(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, text string) {
 	t.Helper()
 	var seen []string
 	waitForf(t, func() (bool, string) {
@@ -386,7 +386,7 @@ func waitEvent(t *testing.T, c *clusterenv.Cluster, p *corev1.Pod, text string) 
 
 // waitDeviceTaint waits until the node's mesh device is (or is not)
 // tainted not-ready.
-func waitDeviceTaint(t *testing.T, c *clusterenv.Cluster, tainted bool) {
+func waitDeviceTaint(t testing.TB, c *clusterenv.Cluster, tainted bool) {
 	t.Helper()
 	var last string
 	waitForf(t, func() (bool, string) {
@@ -416,7 +416,7 @@ func waitDeviceTaint(t *testing.T, c *clusterenv.Cluster, tainted bool) {
 }
 
 // preparedClaims reads meshlet's prepared-claims file.
-func preparedClaims(t *testing.T) *draplugin.ClaimStore {
+func preparedClaims(t testing.TB) *draplugin.ClaimStore {
 	t.Helper()
 	s, err := draplugin.OpenClaimStore(theEnv(t).MeshletStateDir())
 	if err != nil {
@@ -425,14 +425,14 @@ func preparedClaims(t *testing.T) *draplugin.ClaimStore {
 	return s
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	waitForf(t, func() (bool, string) { return cond(), "" }, func() string { return what })
 }
 
 // waitForf polls cond (at most 60 s) and fails with describe() when it
 // never holds.
-func waitForf(t *testing.T, cond func() (bool, string), describe func() string) {
+func waitForf(t testing.TB, cond func() (bool, string), describe func() string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	var lastErr string

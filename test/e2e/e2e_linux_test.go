@@ -138,7 +138,7 @@ func hasRules(t *testing.T, netnsPath string) bool {
 	return err == nil
 }
 
-func inode(t *testing.T, path string) uint64 {
+func inode(t testing.TB, path string) uint64 {
 	t.Helper()
 	ino, err := env.Inode(path)
 	if err != nil {
