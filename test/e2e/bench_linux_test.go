@@ -180,7 +180,7 @@ func (h histogram) quantile(q float64) float64 {
 // mesh by extended resource (a claim the scheduler allocates and meshlet
 // prepares). Both are enrolled; the difference is the DRA path's cost.
 func BenchmarkPodStart(b *testing.B) {
-	c := startCluster(b)
+	c := startCluster(b, nil)
 	applyManifest(b, c, "../../deploy/dra.yaml", "DeviceClass")
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 // status annotation, and released when deleted; a pod in an unlabelled
 // namespace runs untouched.
 func TestPodsThroughKubelet(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, nil)
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
@@ -77,9 +77,10 @@ func TestPodsThroughKubelet(t *testing.T) {
 	})
 }
 
-// startCluster starts a single-node cluster on the runtime (stopped, and
-// its machine changes undone, at the end of the test).
-func startCluster(t testing.TB) *clusterenv.Cluster {
+// startCluster starts a single-node cluster on the runtime, with feature
+// gates set on every component (stopped, and its machine changes undone,
+// at the end of the test).
+func startCluster(t testing.TB, gates map[string]bool) *clusterenv.Cluster {
 	t.Helper()
 	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/cluster/install.sh prints (`make test` sets it)")
 	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
@@ -87,7 +88,7 @@ func startCluster(t testing.TB) *clusterenv.Cluster {
 		t.Fatal(err)
 	}
 	c, err := clusterenv.Start(clusterenv.Options{BinDir: bin, Dir: dir, NetnsPath: theEnv(t).NetnsPath(),
-		CRISocket: theEnv(t).CRISocket, NodeName: env.NodeName, Logf: t.Logf,
+		CRISocket: theEnv(t).CRISocket, NodeName: env.NodeName, Logf: t.Logf, FeatureGates: gates,
 		RemoveSandboxes: func() error { _, err := theEnv(t).Crictl("rmp", "--all", "--force"); return err }})
 	if err != nil {
 		t.Fatalf("cluster: %v (logs kept in %s)", err, dir)
@@ -121,3 +122,4 @@ func waitPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, co
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+

@@ -34,7 +34,7 @@ const draNamespace = "apps"
 // pod stays Pending until it is back; a meshlet killed between Prepare and
 // the pod's sandbox loses nothing; deleted pods' claims are unprepared.
 func TestDRA(t *testing.T) {
-	c := startCluster(t)
+	c := startCluster(t, nil)
 	ctx := context.Background()
 	applyManifest(t, c, "../../deploy/dra.yaml", "DeviceClass")
 	kubeconfig, err := c.Kube.Kubeconfig()
@@ -454,4 +454,55 @@ func waitForf(t testing.TB, cond func() (bool, string), describe func() string) 
 func toYAML(v any) string {
 	b, _ := yaml.Marshal(v)
 	return string(b)
+}
+
+// TestDRASlots: on a cluster without DRAConsumableCapacity (as 1.34 and
+// 1.35 run), --dra-slots publishes plain devices; each mesh pod takes one,
+// a pod beyond the slots stays Pending until one is freed.
+func TestDRASlots(t *testing.T) {
+	c := startCluster(t, map[string]bool{"DRAConsumableCapacity": false})
+	ctx := context.Background()
+	applyManifest(t, c, "../../deploy/dra.yaml", "DeviceClass")
+	kubeconfig, err := c.Kube.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startMesh(t, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir(), "--dra-slots=2")
+	t.Cleanup(func() {
+		if err := c.DeletePods(); err != nil {
+			t.Errorf("delete pods: %v", err)
+		}
+	})
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: draNamespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var devices []resourceapi.Device
+	waitFor(t, "a slice with two plain mesh devices", func() bool {
+		list, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		devices = list.Items[0].Spec.Devices
+		return len(devices) == 2 && devices[0].Name == "mesh-0" && devices[1].Name == "mesh-1" &&
+			devices[0].AllowMultipleAllocations == nil && len(devices[0].Taints) == 0
+	})
+	a, b := createPod(t, c, meshPodByResource("slot-a")), createPod(t, c, meshPodByResource("slot-b"))
+	for _, p := range []*corev1.Pod{a, b} {
+		waitPod(t, c, p, "Running", running)
+		checkEnrolled(t, m, p, true)
+	}
+	third := createPod(t, c, meshPodByResource("slot-c"))
+	waitPod(t, c, third, "Unschedulable: both slots taken", func(p *corev1.Pod) bool {
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+				return true
+			}
+		}
+		return false
+	})
+	if err := c.Client.CoreV1().Pods(draNamespace).Delete(ctx, a.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitPod(t, c, third, "Running once a slot is free", running)
+	checkEnrolled(t, m, third, true)
 }

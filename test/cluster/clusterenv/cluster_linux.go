@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -41,7 +43,22 @@ type Options struct {
 	// until the kubelet's garbage collection, and its cgroups cannot be
 	// removed while it does.
 	RemoveSandboxes func() error
-	Logf            func(format string, args ...any)
+	// FeatureGates are set on every component (e.g. DRAConsumableCapacity
+	// off, as on clusters of 1.34 and 1.35).
+	FeatureGates map[string]bool
+	Logf         func(format string, args ...any)
+}
+
+// featureGates is Options.FeatureGates as a --feature-gates value.
+func (o *Options) featureGates() []string {
+	if len(o.FeatureGates) == 0 {
+		return nil
+	}
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(o.FeatureGates)) {
+		kv = append(kv, fmt.Sprintf("%s=%t", k, o.FeatureGates[k]))
+	}
+	return []string{"--feature-gates=" + strings.Join(kv, ",")}
 }
 
 // Cluster is a running single-node cluster.
@@ -94,7 +111,7 @@ func Start(opts Options) (_ *Cluster, err error) {
 	if err := os.MkdirAll(kubeDir, 0o755); err != nil {
 		return nil, err
 	}
-	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath); err != nil {
+	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath, opts.featureGates()...); err != nil {
 		return nil, err
 	}
 	c.undo = append(c.undo, func() error { c.Kube.Stop(); return nil })
@@ -105,16 +122,16 @@ func Start(opts Options) (_ *Cluster, err error) {
 	if c.Client, err = kubernetes.NewForConfig(c.Kube.Config()); err != nil {
 		return nil, err
 	}
-	if err := c.start("kube-controller-manager", "--kubeconfig", kubeconfig,
+	if err := c.start("kube-controller-manager", append(opts.featureGates(), "--kubeconfig", kubeconfig,
 		// All controllers: without node-lifecycle the node's not-ready
 		// taint is never removed.
 		"--controllers=*", "--leader-elect=false", "--bind-address=127.0.0.1",
 		"--service-account-private-key-file", filepath.Join(kubeDir, "sa.key"),
 		"--root-ca-file", filepath.Join(kubeDir, "certs", "apiserver.crt"),
-		"--use-service-account-credentials=false"); err != nil {
+		"--use-service-account-credentials=false")...); err != nil {
 		return nil, err
 	}
-	if err := c.start("kube-scheduler", "--kubeconfig", kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1"); err != nil {
+	if err := c.start("kube-scheduler", append(opts.featureGates(), "--kubeconfig", kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1")...); err != nil {
 		return nil, err
 	}
 	if err := c.startKubelet(kubeconfig); err != nil {
@@ -239,8 +256,8 @@ imageGCLowThresholdPercent: 99
 		_ = exec.Command("umount", "-R", "-l", root).Run()
 		return nil
 	})
-	return c.start("kubelet", "--config", cfgPath, "--kubeconfig", kubeconfig,
-		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))
+	return c.start("kubelet", append(c.opts.featureGates(), "--config", cfgPath, "--kubeconfig", kubeconfig,
+		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))...)
 }
 
 // start runs a component inside the namespace, logging to Dir/<name>.log.

@@ -36,6 +36,7 @@ type Env struct {
 	apiPort           int
 	etcd, apiserver   *exec.Cmd
 	etcdDone, apiDone chan error
+	apiserverArgs     []string // extra flags (feature gates)
 	Logf              func(string, ...any)
 }
 
@@ -55,13 +56,15 @@ func Start(binDir, dir string) (*Env, error) { return StartIn(binDir, dir, "") }
 // StartIn is Start inside the network namespace at netnsPath (empty: the
 // process's own), where components under test (meshlet) can reach it;
 // clients from Config dial into that namespace.
-func StartIn(binDir, dir, netnsPath string) (_ *Env, err error) {
+//
+// apiserverArgs are extra kube-apiserver flags.
+func StartIn(binDir, dir, netnsPath string, apiserverArgs ...string) (_ *Env, err error) {
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return nil, fmt.Errorf("%s missing in %q (run test/kube/install.sh): %w", b, binDir, err)
 		}
 	}
-	e := &Env{dir: dir, bin: binDir, netns: netnsPath, Logf: func(string, ...any) {}}
+	e := &Env{dir: dir, bin: binDir, netns: netnsPath, apiserverArgs: apiserverArgs, Logf: func(string, ...any) {}}
 	defer func() {
 		if err != nil {
 			e.Stop()
@@ -125,7 +128,7 @@ func (e *Env) writeCredentials() error {
 // waits until it is ready.
 func (e *Env) StartAPIServer() error {
 	var err error
-	e.apiserver, e.apiDone, err = e.start("kube-apiserver", filepath.Join(e.bin, "kube-apiserver"),
+	e.apiserver, e.apiDone, err = e.start("kube-apiserver", filepath.Join(e.bin, "kube-apiserver"), append([]string{
 		"--etcd-servers", e.etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port", strconv.Itoa(e.apiPort),
 		"--endpoint-reconciler-type=none",
@@ -137,7 +140,7 @@ func (e *Env) StartAPIServer() error {
 		"--allow-privileged=true", // as kubeadm clusters run: node agents need it
 		// Configuration only: nothing routes to it.
 		"--service-cluster-ip-range=198.18.0.0/16",
-		"--cert-dir", filepath.Join(e.dir, "certs"))
+		"--cert-dir", filepath.Join(e.dir, "certs")}, e.apiserverArgs...)...)
 	if err != nil {
 		return err
 	}
