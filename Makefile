@@ -11,7 +11,7 @@ BIN           := bin
 TEST_FLAGS    ?= -race -count=1
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build test bench lint generate verify-generated deps demo clean
+.PHONY: all build test bench lint generate verify-generated deps demo demo-dra clean
 
 all: build
 
@@ -67,6 +67,14 @@ $(STATICCHECK):
 ## pod and a plain pod; an account of what happened; then clean up
 demo: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" $(GO) run ./test/e2e/demo
+
+## demo-dra: the same runtime under a single-node cluster; meshlet as the DRA
+## driver mesh.meshlet.dev; a pod asking for mesh.meshlet.dev/mesh: 1; the
+## slice, the claim, ztunnel's Add and the pod's rules explained; then clean up
+demo-dra: deps
+	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
+	  $(GO) run ./test/e2e/demo-dra
 
 clean:
 	rm -rf $(BIN) bench.txt
