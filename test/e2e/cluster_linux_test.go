@@ -122,4 +122,3 @@ func waitPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, co
 		time.Sleep(100 * time.Millisecond)
 	}
 }
-
