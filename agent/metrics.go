@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -103,4 +104,40 @@ func (m *metrics) Connected(c bool) {
 	} else {
 		m.runtimeConnected.Set(0)
 	}
+}
+
+// draPrepareObserver registers the histogram of the DRA plugin's Prepare
+// calls and returns its observer.
+func draPrepareObserver(reg prometheus.Registerer) func(time.Duration) {
+	prepare := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "meshlet_dra_prepare_duration_seconds",
+		Help: "Time to prepare the kubelet's mesh claims: validation and the write of the prepared-claims file.",
+		// 100µs … 0.8s.
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 14),
+	})
+	reg.MustRegister(prepare)
+	return func(d time.Duration) { prepare.Observe(d.Seconds()) }
+}
+
+// registerDRAMetrics adds the DRA kubelet plugin's claim and device metrics.
+func registerDRAMetrics(reg prometheus.Registerer, driver *draplugin.Driver, claims *draplugin.ClaimStore) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meshlet_dra_prepared_claims",
+			Help: "Mesh ResourceClaims prepared on this node (in the prepared-claims file).",
+		}, func() float64 { return float64(claims.Len()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "meshlet_dra_refused_claims_total",
+			Help: "Mesh ResourceClaims Prepare refused: invalid MeshConfig, or a pod that cannot be meshed.",
+		}, func() float64 { return float64(driver.Refused.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meshlet_mesh_device_ready",
+			Help: "1 while this meshlet publishes the node's mesh device untainted (the node can enroll pods).",
+		}, func() float64 {
+			if driver.DeviceReady() {
+				return 1
+			}
+			return 0
+		}),
+	)
 }

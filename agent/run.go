@@ -75,14 +75,18 @@ func Run(ctx context.Context, cfg Config) error {
 		decide = claimPolicy{labels: pol, claims: claims}
 		settings = append([]enroll.SettingsSource{claims}, settings...)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var driver *draplugin.Driver
 	stopDRA := func() {}
 	if dra {
 		driver, err = draplugin.New(cfg.DRA, draplugin.Deps{Client: api.client, NodeName: cfg.NodeName, Claims: claims,
-			Pods: api.watcher, Policy: pol, Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6})
+			Pods: api.watcher, Policy: pol, Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6,
+			ObservePrepare: draPrepareObserver(reg)})
 		if err != nil {
 			return err
 		}
+		registerDRAMetrics(reg, driver, claims)
 		// Served before the node lock: during an update the kubelet may
 		// prepare claims through this meshlet while the previous one still
 		// serves the node.
@@ -118,8 +122,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	var m *metrics
 	if api != nil {
 		m = newMetrics(reg, core, server.Connections, api.watcher, api.events)

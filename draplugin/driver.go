@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -46,6 +47,9 @@ type Deps struct {
 	// Attributes of the published devices.
 	Version, RedirectBackend string
 	IPv6                     bool
+	// ObservePrepare, if set, gets the duration of each Prepare call
+	// (validation and the write to disk included).
+	ObservePrepare func(time.Duration)
 }
 
 // Node is the meshlet that serves the node's runtime hook and ztunnel:
@@ -79,6 +83,10 @@ type Driver struct {
 
 	status *claimStatus
 	fail   context.CancelCauseFunc
+
+	// Refused counts claims Prepare refused (invalid config, a pod that
+	// cannot be meshed).
+	Refused atomic.Uint64
 
 	// node is set once by Lead; leading is closed then.
 	node    Node
@@ -181,6 +189,17 @@ func (d *Driver) Run(ctx context.Context) error {
 		} else {
 			logger.Info("Mesh device tainted: the node cannot enroll pods", "driver", d.cfg.DriverName, "reason", next.Reason, "detail", next.Message)
 		}
+	}
+}
+
+// DeviceReady reports whether this meshlet publishes the node's mesh
+// device untainted.
+func (d *Driver) DeviceReady() bool {
+	select {
+	case <-d.leading:
+		return d.nodeState().Ready
+	default:
+		return false
 	}
 }
 

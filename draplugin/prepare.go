@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -22,12 +23,16 @@ import (
 // kubelet shows in the pod's events; nothing of it is stored.
 func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
 	logger := klog.FromContext(ctx)
+	if d.deps.ObservePrepare != nil {
+		defer func(start time.Time) { d.deps.ObservePrepare(time.Since(start)) }(time.Now())
+	}
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
 	var prepared []Claim
 	var pods []string
 	for _, rc := range claims {
 		c, devices, err := d.prepare(ctx, rc)
 		if err != nil {
+			d.Refused.Add(1)
 			logger.Info("Mesh claim refused", "claim", klog.KObj(rc), "claimUID", rc.UID, "err", err)
 			result[rc.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("meshlet: claim %s/%s: %w", rc.Namespace, rc.Name, err)}
 			continue

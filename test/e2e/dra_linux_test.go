@@ -91,6 +91,15 @@ func TestDRA(t *testing.T) {
 	if claims := preparedClaims(t); len(claims.ForPod(string(refused.UID))) != 0 {
 		t.Fatal("the refused claim was stored")
 	}
+	_, metrics, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"\nmeshlet_dra_refused_claims_total 1\n", "\nmeshlet_mesh_device_ready 1\n", "\nmeshlet_dra_prepared_claims 2\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+		}
+	}
 	if err := c.Client.CoreV1().Pods(draNamespace).Delete(ctx, refused.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
