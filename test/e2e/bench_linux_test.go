@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/test/cluster/clusterenv"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
@@ -175,18 +176,21 @@ func (h histogram) quantile(q float64) float64 {
 	return lowB
 }
 
-// BenchmarkPodStart: pod create → Running through the real kubelet, for a
-// mesh pod selected by its namespace's label and for one asking for the
-// mesh by extended resource (a claim the scheduler allocates and meshlet
-// prepares). Both are enrolled; the difference is the DRA path's cost.
-func BenchmarkPodStart(b *testing.B) {
+// BenchmarkDRA, on the real kubelet:
+//   - PodStart: pod create → Running, for a mesh pod selected by its
+//     namespace's label and for one asking for the mesh by extended
+//     resource (a claim the scheduler allocates and meshlet prepares). Both
+//     are enrolled; the difference is the DRA path's cost.
+//   - Taint: from ztunnel's disconnect until the node's ResourceSlice shows
+//     the device tainted, and from its reconnect until it is untainted.
+func BenchmarkDRA(b *testing.B) {
 	c := startCluster(b, nil)
 	applyManifest(b, c, "../../deploy/dra.yaml", "DeviceClass")
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {
 		b.Fatal(err)
 	}
-	startMesh(b, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir())
+	m := startMesh(b, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir())
 	b.Cleanup(func() { _ = c.DeletePods() })
 	ctx := context.Background()
 	for ns, labels := range map[string]map[string]string{"bench-labels": ambient, draNamespace: nil} {
@@ -196,7 +200,7 @@ func BenchmarkPodStart(b *testing.B) {
 	}
 	waitDeviceTaint(b, c, false)
 	for _, how := range []string{"label", "claim"} {
-		b.Run("mesh="+how, func(b *testing.B) {
+		b.Run("PodStart/mesh="+how, func(b *testing.B) {
 			var lat []time.Duration
 			i := 0
 			for b.Loop() {
@@ -230,4 +234,42 @@ func BenchmarkPodStart(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "create-to-running-p50-ms")
 		})
 	}
+	b.Run("Taint", func(b *testing.B) {
+		var taint, untaint []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			m.zt.Stop()
+			m.zt = nil
+			waitTaintedNow(b, c, true)
+			taint = append(taint, time.Since(start))
+			start = time.Now()
+			m.connectZtunnel()
+			waitTaintedNow(b, c, false)
+			untaint = append(untaint, time.Since(start))
+		}
+		b.StopTimer()
+		slices.Sort(taint)
+		slices.Sort(untaint)
+		b.ReportMetric(float64(taint[len(taint)/2])/1e6, "taint-p50-ms")
+		b.ReportMetric(float64(taint[len(taint)-1])/1e6, "taint-max-ms")
+		b.ReportMetric(float64(untaint[len(untaint)/2])/1e6, "untaint-p50-ms")
+		b.ReportMetric(float64(untaint[len(untaint)-1])/1e6, "untaint-max-ms")
+	})
+}
+
+// waitTaintedNow polls the node's slice every 5 ms until its mesh device's
+// not-ready taint is as wanted (at most 10 s).
+func waitTaintedNow(b *testing.B, c *clusterenv.Cluster, tainted bool) {
+	b.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		list, err := c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		if err == nil && len(list.Items) == 1 && len(list.Items[0].Spec.Devices) == 1 {
+			if has := len(list.Items[0].Spec.Devices[0].Taints) > 0; has == tainted {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.Fatalf("mesh device tainted=%t not seen within 10s", tainted)
 }
