@@ -1,6 +1,7 @@
 package draplugin
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -145,13 +146,15 @@ func (s *ClaimStore) reload() error {
 
 // parseClaims decodes the file strictly.
 func parseClaims(b []byte) ([]Claim, error) {
-	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var f claimsFile
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrClaimsCorrupt, err)
 	}
-	if dec.More() {
+	// Not dec.More(): it is false before a stray '}' or ']', which would
+	// let `{...}}` through.
+	if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
 		return nil, fmt.Errorf("%w: trailing data", ErrClaimsCorrupt)
 	}
 	if f.Version != ClaimsVersion {

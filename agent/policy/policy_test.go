@@ -210,3 +210,121 @@ func TestAPIMetadataWins(t *testing.T) {
 		t.Fatalf("sandbox labels not used when the API's are unknown: %s", d.Reason)
 	}
 }
+
+// claimCases are pods holding a mesh claim: what DecideClaimed decides and
+// what ClaimConflict says (wantConflict: substrings of its error; nil: no
+// conflict).
+func claimCases() []struct {
+	name         string
+	pod          enroll.Pod
+	info         enroll.PodInfo
+	wantEnroll   bool
+	wantReason   string
+	wantConflict []string
+} {
+	pod := func(mut func(*enroll.Pod)) enroll.Pod {
+		p := enroll.Pod{UID: "u", Name: "p", Namespace: "app", NetnsPath: "/x"}
+		if mut != nil {
+			mut(&p)
+		}
+		return p
+	}
+	none := map[string]string{DataplaneModeLabel: DataplaneModeNone}
+	return []struct {
+		name         string
+		pod          enroll.Pod
+		info         enroll.PodInfo
+		wantEnroll   bool
+		wantReason   string
+		wantConflict []string
+	}{
+		{"plain pod, unlabelled namespace", pod(nil), enroll.PodInfo{}, true, ReasonClaim, nil},
+		{"namespace labelled none", pod(nil), enroll.PodInfo{NamespaceLabels: none}, true, ReasonClaim, nil},
+		{"pod labelled ambient", pod(func(p *enroll.Pod) { p.Labels = map[string]string{DataplaneModeLabel: DataplaneModeAmbient} }),
+			enroll.PodInfo{}, true, ReasonClaim, nil},
+		{"pod labelled none", pod(func(p *enroll.Pod) { p.Labels = none }), enroll.PodInfo{}, true, ReasonClaim,
+			[]string{"opts out", DataplaneModeLabel + "=none"}},
+		{"pod labelled none on the API server only", pod(nil), enroll.PodInfo{PodLabels: none}, true, ReasonClaim,
+			[]string{DataplaneModeLabel + "=none"}},
+		{"pod's none label removed on the API server", pod(func(p *enroll.Pod) { p.Labels = none }),
+			enroll.PodInfo{PodLabels: map[string]string{}}, true, ReasonClaim, nil},
+		{"host network", pod(func(p *enroll.Pod) { p.HostNetwork, p.NetnsPath = true, "" }), enroll.PodInfo{}, false, ReasonHostNetwork,
+			[]string{"host network"}},
+		{"excluded namespace", pod(func(p *enroll.Pod) { p.Namespace = "kube-system" }), enroll.PodInfo{}, false, ReasonExcludedNS,
+			[]string{`"kube-system"`, "--excluded-namespaces"}},
+		{"ztunnel", pod(func(p *enroll.Pod) { p.Namespace, p.Labels = ZtunnelNamespace, map[string]string{"app": "ztunnel"} }),
+			enroll.PodInfo{}, false, ReasonZtunnel, []string{"ztunnel itself"}},
+		{"denied runtime handler", pod(func(p *enroll.Pod) { p.RuntimeHandler = "runsc" }), enroll.PodInfo{}, false, ReasonRuntimeHandler,
+			[]string{`"runsc"`, "--denied-runtime-handlers"}},
+		{"sidecar", pod(func(p *enroll.Pod) { p.Annotations = map[string]string{SidecarStatusAnnotation: "{}"} }), enroll.PodInfo{},
+			false, ReasonSidecarInjected, []string{"sidecar", SidecarStatusAnnotation}},
+		{"sidecar on the API server only", pod(nil), enroll.PodInfo{PodAnnotations: map[string]string{SidecarStatusAnnotation: "{}"}},
+			false, ReasonSidecarInjected, []string{SidecarStatusAnnotation}},
+	}
+}
+
+func claimPolicy(t *testing.T) *Policy {
+	t.Helper()
+	cfg := Defaults()
+	cfg.DeniedRuntimeHandlers = []string{"runsc"}
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestDecideClaimed: a claim selects a pod whatever its labels say; only
+// what makes in-pod redirection impossible keeps it out.
+func TestDecideClaimed(t *testing.T) {
+	p := claimPolicy(t)
+	for _, c := range claimCases() {
+		t.Run(c.name, func(t *testing.T) {
+			d := p.DecideClaimed(&c.pod, c.info)
+			if d.Enroll != c.wantEnroll || d.Reason != c.wantReason {
+				t.Fatalf("DecideClaimed = enroll %t reason %q, want enroll %t reason %q", d.Enroll, d.Reason, c.wantEnroll, c.wantReason)
+			}
+		})
+	}
+	// The same unlabelled pod without a claim is not selected.
+	pod := enroll.Pod{UID: "u", Name: "p", Namespace: "app", NetnsPath: "/x"}
+	if d := p.Decide(&pod, enroll.PodInfo{}); d.Enroll {
+		t.Errorf("Decide enrolls an unlabelled pod: %+v", d)
+	}
+}
+
+// TestClaimConflict: Prepare refuses exactly the pods that could not be
+// meshed, or that opt out with their own label, saying why.
+func TestClaimConflict(t *testing.T) {
+	p := claimPolicy(t)
+	for _, c := range claimCases() {
+		t.Run(c.name, func(t *testing.T) {
+			err := p.ClaimConflict(&c.pod, c.info)
+			if c.wantConflict == nil {
+				if err != nil {
+					t.Fatalf("ClaimConflict = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("ClaimConflict = nil, want a conflict")
+			}
+			for _, w := range c.wantConflict {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("ClaimConflict = %q, want it to mention %q", err, w)
+				}
+			}
+		})
+	}
+	// A custom label key is the one named.
+	cfg := Defaults()
+	cfg.DataplaneModeLabel = "example.com/mesh"
+	cp, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := enroll.Pod{UID: "u", Name: "p", Namespace: "app", Labels: map[string]string{"example.com/mesh": "none", DataplaneModeLabel: "ambient"}}
+	if err := cp.ClaimConflict(&pod, enroll.PodInfo{}); err == nil || !strings.Contains(err.Error(), "example.com/mesh=none") {
+		t.Errorf("custom label: ClaimConflict = %v", err)
+	}
+}
