@@ -18,13 +18,14 @@ func newSlotsDriver(t *testing.T, slots int, state NodeState) *Driver {
 	cfg.Slots = slots
 	d, err := New(cfg, Deps{
 		Client: fake.NewClientset(), NodeName: testNode, Claims: openStore(t, t.TempDir()),
-		Pods: &fakePods{}, Policy: allowAll, Records: noRecords{},
-		NodeState: func() NodeState { return state },
-		Version:   "v1.2.3", RedirectBackend: "nftables", IPv6: true,
+		Pods: &fakePods{}, Policy: allowAll,
+		Version: "v1.2.3", RedirectBackend: "nftables", IPv6: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.Lead(Node{State: func() NodeState { return state }, Records: noRecords{}})
+	d.setState(state) // what Run does first once it leads
 	return d
 }
 

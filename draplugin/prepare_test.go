@@ -78,19 +78,18 @@ func newTestDriver(t testing.TB, pol Eligibility) *testDriver {
 	d, err := New(DefaultConfig(), Deps{
 		// Prepare and Unprepare never call the API server: a fake client
 		// only satisfies New (the claim status writer uses it, not here).
-		Client:    fake.NewClientset(),
-		NodeName:  testNode,
-		Claims:    td.store,
-		Pods:      td.pods,
-		Policy:    pol,
-		NodeState: func() NodeState { return NodeState{Ready: true} },
-		Prepared:  func(pods []string) { td.prepared <- pods },
-		Records:   noRecords{},
-		Version:   "v1.2.3", RedirectBackend: "nftables", IPv6: true,
+		Client:   fake.NewClientset(),
+		NodeName: testNode,
+		Claims:   td.store,
+		Pods:     td.pods,
+		Policy:   pol,
+		Version:  "v1.2.3", RedirectBackend: "nftables", IPv6: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: noRecords{},
+		Prepared: func(pods []string) { td.prepared <- pods }})
 	td.Driver = d
 	return td
 }
@@ -629,4 +628,51 @@ func BenchmarkPrepare(b *testing.B) {
 		lat = append(lat, time.Since(start))
 	}
 	latency.Report(b, lat)
+}
+
+// TestStandby: a driver that does not lead the node (a new meshlet waiting
+// for the previous one to exit) prepares and stores claims, which the
+// leading meshlet's hook reads from the shared file, but reports no device
+// health and has no pods to converge.
+func TestStandby(t *testing.T) {
+	dir := t.TempDir()
+	store := openStore(t, dir)
+	d, err := New(DefaultConfig(), Deps{Client: fake.NewClientset(), NodeName: testNode, Claims: store,
+		Pods: &fakePods{}, Policy: allowAll, Version: "v1.2.3", RedirectBackend: "nftables"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.PrepareResourceClaims(quiet, []*resourceapi.ResourceClaim{rclaim("c1", "web")})
+	if err != nil || res["c1"].Err != nil {
+		t.Fatalf("standby Prepare: %v %v", err, res["c1"].Err)
+	}
+	if leader := openStore(t, dir); !leader.Claimed("c1-pod") {
+		t.Fatal("the claim a standby prepared is not in the shared file")
+	}
+	if d.DeviceReady() {
+		t.Fatal("a standby reports its device ready")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan kubeletplugin.DeviceHealthReport, 1)
+	done := make(chan error, 1)
+	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
+	select {
+	case r := <-reports:
+		t.Fatalf("a standby reported health %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: noRecords{}})
+	d.setState(NodeState{Ready: true})
+	select {
+	case r := <-reports:
+		if len(r.Devices) != 1 || r.Devices[0].Health != kubeletplugin.HealthStatusHealthy {
+			t.Fatalf("health after Lead: %+v", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no health report after Lead")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
