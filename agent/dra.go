@@ -22,7 +22,7 @@ type claimPolicy struct {
 var _ enroll.Policy = claimPolicy{}
 
 func (p claimPolicy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
-	if p.claims.Claimed(pod.UID) {
+	if len(p.claims.Of(pod, info)) > 0 {
 		return p.labels.DecideClaimed(pod, info)
 	}
 	return p.labels.Decide(pod, info)

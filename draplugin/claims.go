@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/draplugin/apis/v1alpha1"
@@ -62,7 +65,7 @@ type claimsFile struct {
 // before Prepare returns. Two meshlets share the file during a rolling
 // update (the kubelet may prepare a claim in one and start the pod
 // through the other's runtime hook), so every read first checks whether
-// the other rewrote it; writes are serialised across processes by the
+// the other replaced it; writes are serialised across processes by the
 // kubelet plugin helper's lock.
 type ClaimStore struct {
 	dir string
@@ -70,23 +73,12 @@ type ClaimStore struct {
 	mu     sync.Mutex
 	claims map[string]*Claim   // by claim UID
 	byPod  map[string][]*Claim // by pod UID, in claim UID order
-	stamp  fileStamp           // the file as last read or written
-}
-
-// fileStamp tells whether the file changed since it was read: a rename
-// installs a new inode.
-type fileStamp struct {
-	ino   uint64
-	size  int64
-	mtime time.Time
-}
-
-func stampOf(fi fs.FileInfo) fileStamp {
-	st := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
-	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-		st.ino = uint64(sys.Ino)
-	}
-	return st
+	byName map[string]*Claim   // by namespace/name
+	// cur is the file as last read or written, kept open: a writer
+	// replaces the file by a rename, which drops cur's last link. Holding
+	// it also keeps its inode from being reused, so no replacement can
+	// look like the file already read.
+	cur *os.File
 }
 
 // OpenClaimStore loads the claims file in dir; a missing file is an empty
@@ -102,6 +94,18 @@ func OpenClaimStore(dir string) (*ClaimStore, error) {
 	return s, nil
 }
 
+// Close releases the file last read. The store must not be used after.
+func (s *ClaimStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cur == nil {
+		return nil
+	}
+	err := s.cur.Close()
+	s.cur = nil
+	return err
+}
+
 // SetAsideClaims renames a corrupt claims file, like the checkpoint's.
 func SetAsideClaims(dir string, now time.Time) (string, error) {
 	dst := filepath.Join(dir, fmt.Sprintf("%s.corrupt-%s", ClaimsFileName, now.UTC().Format("20060102T150405.000000000Z")))
@@ -113,34 +117,64 @@ func SetAsideClaims(dir string, now time.Time) (string, error) {
 
 func (s *ClaimStore) path() string { return filepath.Join(s.dir, ClaimsFileName) }
 
-// reload reads the file if it changed since it was last read. s.mu is
-// held (or s is not shared yet).
+// replaced reports whether the file cur was read from is no longer the
+// claims file (renamed over or removed): one fstat.
+func replaced(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || sys.Nlink == 0
+}
+
+// reload reads the file if it was replaced since it was last read. s.mu is
+// held (or s is not shared yet). On error the claims last read stay.
 func (s *ClaimStore) reload() error {
-	fi, err := os.Stat(s.path())
+	if s.cur != nil && !replaced(s.cur) {
+		return nil
+	}
+	f, err := os.Open(s.path())
 	if errors.Is(err, fs.ErrNotExist) {
-		if s.stamp != (fileStamp{}) {
+		if s.cur != nil {
+			s.cur.Close()
+			s.cur = nil
 			s.set(nil) // removed by hand: nothing is prepared
-			s.stamp = fileStamp{}
 		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.path(), err)
 	}
-	st := stampOf(fi)
-	if st == s.stamp {
-		return nil
+	b, err := io.ReadAll(f)
+	if err == nil {
+		var claims []Claim
+		if claims, err = parseClaims(b); err == nil {
+			if s.cur != nil {
+				s.cur.Close()
+			}
+			s.cur = f
+			s.set(claims)
+			return nil
+		}
 	}
-	b, err := os.ReadFile(s.path())
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.path(), err)
+	f.Close()
+	return fmt.Errorf("%s: %w", s.path(), err)
+}
+
+// reloadForWrite is reload for Put and Remove: a file that became corrupt
+// after start-up is set aside, loudly, and replaced from the claims last
+// read, so one bad write never stops the node's Prepare and Unprepare.
+func (s *ClaimStore) reloadForWrite() error {
+	err := s.reload()
+	if !errors.Is(err, ErrClaimsCorrupt) {
+		return err
 	}
-	claims, err := parseClaims(b)
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.path(), err)
+	dst, aerr := SetAsideClaims(s.dir, time.Now())
+	if aerr != nil {
+		return fmt.Errorf("%w (and setting it aside failed: %w)", err, aerr)
 	}
-	s.set(claims)
-	s.stamp = st
+	klog.Background().Error(err, "Prepared-claims file set aside; rewriting it from the claims this meshlet last read", "setAside", dst)
 	return nil
 }
 
@@ -174,10 +208,12 @@ func parseClaims(b []byte) ([]Claim, error) {
 func (s *ClaimStore) set(claims []Claim) {
 	s.claims = make(map[string]*Claim, len(claims))
 	s.byPod = map[string][]*Claim{}
+	s.byName = make(map[string]*Claim, len(claims))
 	slices.SortFunc(claims, func(a, b Claim) int { return strings.Compare(a.UID, b.UID) })
 	for i := range claims {
 		c := &claims[i]
 		s.claims[c.UID] = c
+		s.byName[c.Namespace+"/"+c.Name] = c
 		for _, pod := range c.Pods {
 			s.byPod[pod] = append(s.byPod[pod], c)
 		}
@@ -199,10 +235,12 @@ func (s *ClaimStore) save(claims []Claim) error {
 		return err
 	}
 	s.set(claims)
-	if fi, err := os.Stat(s.path()); err == nil {
-		s.stamp = stampOf(fi)
-	} else {
-		s.stamp = fileStamp{} // read it again next time
+	if s.cur != nil {
+		s.cur.Close()
+		s.cur = nil
+	}
+	if f, err := os.Open(s.path()); err == nil {
+		s.cur = f // else: read again next time
 	}
 	return nil
 }
@@ -221,7 +259,7 @@ func (s *ClaimStore) all() []Claim {
 func (s *ClaimStore) Put(claims ...Claim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.reload(); err != nil {
+	if err := s.reloadForWrite(); err != nil {
 		return err
 	}
 	next := s.all()
@@ -241,7 +279,7 @@ func (s *ClaimStore) Put(claims ...Claim) error {
 func (s *ClaimStore) Remove(uids ...string) ([]Claim, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.reload(); err != nil {
+	if err := s.reloadForWrite(); err != nil {
 		return nil, err
 	}
 	var removed []Claim
@@ -270,6 +308,28 @@ func (s *ClaimStore) ForPod(podUID string) []Claim {
 	return out
 }
 
+// Of returns the prepared claims of a pod: those prepared for it, and
+// those of its ResourceClaims (info, from the API server) prepared for
+// another pod. A claim shared by several pods is prepared once, for the
+// pods reserved when the kubelet first prepared it; a pod that joins it
+// later is found by the claim's name.
+func (s *ClaimStore) Of(pod *enroll.Pod, info enroll.PodInfo) []Claim {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh()
+	var out []Claim
+	for _, c := range s.byPod[pod.UID] {
+		out = append(out, *c)
+	}
+	for _, name := range info.ResourceClaims {
+		c, ok := s.byName[pod.Namespace+"/"+name]
+		if ok && !slices.Contains(c.Pods, pod.UID) {
+			out = append(out, *c)
+		}
+	}
+	return out
+}
+
 // Claimed reports whether a mesh claim was prepared for the pod.
 func (s *ClaimStore) Claimed(podUID string) bool {
 	s.mu.Lock()
@@ -294,9 +354,9 @@ func (s *ClaimStore) refresh() { _ = s.reload() }
 // PodSettings gives the settings of the pod's mesh claims: the
 // highest-precedence source of per-pod settings. With more than one
 // claim, each setting comes from the first claim (by UID) that sets it.
-func (s *ClaimStore) PodSettings(pod *enroll.Pod, _ enroll.PodInfo) (enroll.SettingsOverride, []string) {
+func (s *ClaimStore) PodSettings(pod *enroll.Pod, info enroll.PodInfo) (enroll.SettingsOverride, []string) {
 	var o enroll.SettingsOverride
-	for _, c := range s.ForPod(pod.UID) {
+	for _, c := range s.Of(pod, info) {
 		co := c.Settings.Override()
 		if o.DNSCapture == nil {
 			o.DNSCapture = co.DNSCapture

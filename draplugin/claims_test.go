@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +38,16 @@ func openStore(t testing.TB, dir string) *ClaimStore {
 	if err != nil {
 		t.Fatalf("OpenClaimStore(%s): %v", dir, err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// fileStamp identifies a file's content without reading it: a write
+// (temp file, then rename) changes the inode or the mtime.
+type fileStamp struct {
+	ino   uint64
+	size  int64
+	mtime time.Time
 }
 
 func statOf(t *testing.T, path string) fileStamp {
@@ -46,7 +56,11 @@ func statOf(t *testing.T, path string) fileStamp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return stampOf(fi)
+	st := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.ino = uint64(sys.Ino)
+	}
+	return st
 }
 
 func podSettings(s *ClaimStore, uid string) enroll.SettingsOverride {
@@ -320,9 +334,10 @@ func TestClaimStoreCorrupt(t *testing.T) {
 	}
 }
 
-// TestClaimStoreBecomesCorrupt: a file that turns corrupt under a running
-// store keeps its readers on the last good claims, and its writers fail
-// without touching the file.
+// TestClaimStoreBecomesCorrupt: a file replaced by a corrupt one under a
+// running store keeps its readers on the last good claims; the next write
+// sets the corrupt file aside and rewrites the file from those claims, so
+// Prepare and Unprepare go on.
 func TestClaimStoreBecomesCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, ClaimsFileName)
@@ -331,8 +346,12 @@ func TestClaimStoreBecomesCorrupt(t *testing.T) {
 	if err := s.Put(good); err != nil {
 		t.Fatal(err)
 	}
-	corrupt := []byte(`{"version":1,"claims":[{"uid":"a"},{"uid":"a"}]}`) // a different size than the good file
-	if err := os.WriteFile(path, corrupt, 0o600); err != nil {
+	corrupt := []byte(`{"version":1,"claims":[{"uid":"a"},{"uid":"a"}]}`)
+	tmp := filepath.Join(dir, "corrupt.tmp")
+	if err := os.WriteFile(tmp, corrupt, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil { // as a writer replaces the file
 		t.Fatal(err)
 	}
 	if !s.Claimed("pod-a") || s.Len() != 1 || !reflect.DeepEqual(s.ForPod("pod-a"), []Claim{good}) {
@@ -341,21 +360,22 @@ func TestClaimStoreBecomesCorrupt(t *testing.T) {
 	if o := podSettings(s, "pod-a"); boolp(o.DNSCapture) != "false" {
 		t.Errorf("pod-a lost its settings: DNSCapture %s", boolp(o.DNSCapture))
 	}
-	err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil))
-	if !errors.Is(err, ErrClaimsCorrupt) {
-		t.Errorf("Put on a corrupt file = %v, want ErrClaimsCorrupt", err)
-	}
-	if _, err := s.Remove("a"); !errors.Is(err, ErrClaimsCorrupt) {
-		t.Errorf("Remove on a corrupt file = %v, want ErrClaimsCorrupt", err)
-	}
-	if b, _ := os.ReadFile(path); !bytes.Equal(b, corrupt) {
-		t.Errorf("a failed Put changed the corrupt file to %s", b)
-	}
-	if s.Claimed("pod-b") || !s.Claimed("pod-a") {
-		t.Errorf("failed Put changed the store: pod-b %t pod-a %t", s.Claimed("pod-b"), s.Claimed("pod-a"))
-	}
 	if _, err := OpenClaimStore(dir); !errors.Is(err, ErrClaimsCorrupt) {
-		t.Errorf("reopen = %v, want ErrClaimsCorrupt", err)
+		t.Errorf("opening the corrupt file = %v, want ErrClaimsCorrupt", err)
+	}
+	if err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil)); err != nil {
+		t.Fatalf("Put over a corrupt file: %v", err)
+	}
+	aside, _ := filepath.Glob(path + ".corrupt-*")
+	if len(aside) != 1 {
+		t.Fatalf("set-aside files %v, want 1", aside)
+	}
+	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, corrupt) {
+		t.Errorf("the set-aside file holds %s, want the corrupt content", b)
+	}
+	fresh := openStore(t, dir)
+	if !fresh.Claimed("pod-a") || !fresh.Claimed("pod-b") {
+		t.Errorf("rewritten file: pod-a %t pod-b %t, want both", fresh.Claimed("pod-a"), fresh.Claimed("pod-b"))
 	}
 }
 
@@ -445,5 +465,34 @@ func TestClaimsGolden(t *testing.T) {
 	}
 	if r := openStore(t, gdir); r.Len() != 2 || !reflect.DeepEqual(r.ForPod("b2"), []Claim{claims[1]}) {
 		t.Errorf("golden file reads back as Len %d, ForPod(b2) %+v", r.Len(), r.ForPod("b2"))
+	}
+}
+
+// TestClaimStoreOfSharedClaim: a pod that joins a claim after the kubelet
+// prepared it for another pod (the kubelet does not prepare it again) is
+// found by the claim's name from its API object.
+func TestClaimStoreOfSharedClaim(t *testing.T) {
+	s := openStore(t, t.TempDir())
+	c := testClaim("a", []string{"pod-a"}, bp(false), nil)
+	if err := s.Put(c); err != nil {
+		t.Fatal(err)
+	}
+	late := &enroll.Pod{UID: "pod-late", Namespace: c.Namespace}
+	if got := s.Of(late, enroll.PodInfo{}); len(got) != 0 {
+		t.Fatalf("a pod not naming the claim has %v", got)
+	}
+	info := enroll.PodInfo{ResourceClaims: []string{"other", c.Name}}
+	if got := s.Of(late, info); len(got) != 1 || got[0].UID != "a" {
+		t.Fatalf("the late pod's claims: %v, want claim a", got)
+	}
+	if o, _ := s.PodSettings(late, info); boolp(o.DNSCapture) != "false" {
+		t.Fatalf("the late pod's settings: DNSCapture %s, want false", boolp(o.DNSCapture))
+	}
+	elsewhere := &enroll.Pod{UID: "pod-x", Namespace: "elsewhere"}
+	if got := s.Of(elsewhere, info); len(got) != 0 {
+		t.Fatalf("a pod in another namespace naming a claim of the same name has %v", got)
+	}
+	if got := s.Of(&enroll.Pod{UID: "pod-a", Namespace: c.Namespace}, info); len(got) != 1 {
+		t.Fatalf("the claim's own pod has %d claims, want 1 (not counted twice)", len(got))
 	}
 }

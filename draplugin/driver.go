@@ -20,8 +20,9 @@ import (
 
 // PodLookup finds a pod the kubelet prepares a claim for: its facts as the
 // runtime hook will see them, and what policy needs to know about it.
+// found is false for a pod that is gone or being deleted.
 type PodLookup interface {
-	LookupPod(ctx context.Context, namespace, name, uid string) (enroll.Pod, enroll.PodInfo, error)
+	LookupPod(ctx context.Context, namespace, name, uid string) (pod enroll.Pod, info enroll.PodInfo, found bool, err error)
 }
 
 // Eligibility says why a pod must not get a mesh claim (nil: it may).

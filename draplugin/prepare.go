@@ -96,9 +96,12 @@ func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (Cl
 		if ref.APIGroup != "" || ref.Resource != "pods" {
 			continue
 		}
-		pod, info, err := d.deps.Pods.LookupPod(ctx, rc.Namespace, ref.Name, string(ref.UID))
+		pod, info, found, err := d.deps.Pods.LookupPod(ctx, rc.Namespace, ref.Name, string(ref.UID))
 		if err != nil {
 			return c, nil, fmt.Errorf("pod %s/%s: %w", rc.Namespace, ref.Name, err)
+		}
+		if !found {
+			continue // still listed, but gone or going: not a pod to mesh
 		}
 		if err := d.deps.Policy.ClaimConflict(&pod, info); err != nil {
 			return c, nil, fmt.Errorf("pod %s/%s cannot be meshed, so it must not ask for the mesh: %w", rc.Namespace, ref.Name, err)
@@ -106,7 +109,7 @@ func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (Cl
 		c.Pods = append(c.Pods, string(ref.UID))
 	}
 	if len(c.Pods) == 0 {
-		return c, nil, errors.New("reserved for no pod")
+		return c, nil, errors.New("reserved for no running pod")
 	}
 	return c, devices, nil
 }

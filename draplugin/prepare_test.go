@@ -37,16 +37,21 @@ type fakePods struct {
 	pods map[string]enroll.Pod
 	info map[string]enroll.PodInfo
 	err  map[string]error
+	// gone pods are deleted or being deleted.
+	gone map[string]bool
 }
 
-func (f *fakePods) LookupPod(_ context.Context, namespace, name, uid string) (enroll.Pod, enroll.PodInfo, error) {
+func (f *fakePods) LookupPod(_ context.Context, namespace, name, uid string) (enroll.Pod, enroll.PodInfo, bool, error) {
 	if err := f.err[uid]; err != nil {
-		return enroll.Pod{}, enroll.PodInfo{}, err
+		return enroll.Pod{}, enroll.PodInfo{}, false, err
+	}
+	if f.gone[uid] {
+		return enroll.Pod{}, enroll.PodInfo{}, false, nil
 	}
 	if p, ok := f.pods[uid]; ok {
-		return p, f.info[uid], nil
+		return p, f.info[uid], true, nil
 	}
-	return enroll.Pod{UID: uid, Name: name, Namespace: namespace, NetnsPath: "/var/run/netns/" + name}, enroll.PodInfo{}, nil
+	return enroll.Pod{UID: uid, Name: name, Namespace: namespace, NetnsPath: "/var/run/netns/" + name}, enroll.PodInfo{}, true, nil
 }
 
 // policyFunc is an Eligibility fake.
@@ -489,8 +494,12 @@ func TestPrepareRefusesAllocation(t *testing.T) {
 		}, "not allocated"},
 		"reserved for no pod": {func(rc *resourceapi.ResourceClaim) {
 			rc.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{APIGroup: "example.com", Resource: "widgets", Name: "w", UID: "w"}}
-		}, "reserved for no pod"},
+		}, "reserved for no running pod"},
+		"reserved only for a deleted pod": {func(rc *resourceapi.ResourceClaim) {
+			rc.Status.ReservedFor[0].UID = "deleted-pod"
+		}, "reserved for no running pod"},
 	}
+	td.pods.gone = map[string]bool{"deleted-pod": true}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			uid := types.UID(strings.ReplaceAll(name, " ", "-"))
@@ -674,5 +683,27 @@ func TestStandby(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrepareSkipsGonePods: a claim still reserved for a deleted pod next
+// to a running one is prepared for the running one; the deleted pod is
+// neither checked nor stored.
+func TestPrepareSkipsGonePods(t *testing.T) {
+	td := newTestDriver(t, policyFunc(func(pod *enroll.Pod, _ enroll.PodInfo) error {
+		if pod.UID == "deleted-pod" {
+			return errors.New("a deleted pod was checked")
+		}
+		return nil
+	}))
+	td.pods.gone = map[string]bool{"deleted-pod": true}
+	rc := rclaim("c1", "web", func(rc *resourceapi.ResourceClaim) {
+		rc.Status.ReservedFor = append([]resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "old", UID: "deleted-pod"}}, rc.Status.ReservedFor...)
+	})
+	if r := td.prepare(t, rc)["c1"]; r.Err != nil {
+		t.Fatalf("Prepare: %v", r.Err)
+	}
+	if got := td.store.ForPod("c1-pod"); len(got) != 1 || !reflect.DeepEqual(got[0].Pods, []string{"c1-pod"}) {
+		t.Fatalf("stored %+v, want the claim for c1-pod only", got)
 	}
 }

@@ -38,6 +38,10 @@ type PodInfo struct {
 	// so that label changes on a running pod take effect. Nil: unknown.
 	PodLabels      map[string]string
 	PodAnnotations map[string]string
+	// ResourceClaims names the pod's ResourceClaims (in its namespace), as
+	// the API server's pod lists them; empty when it has none or the API
+	// server could not say.
+	ResourceClaims []string
 }
 
 // Metadata returns the pod's current labels and annotations: the API

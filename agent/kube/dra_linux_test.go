@@ -220,6 +220,11 @@ func TestRBACDRA(t *testing.T) {
 	_, err = c.ResourceV1().ResourceClaims(ns).UpdateStatus(ctx, claim, metav1.UpdateOptions{})
 	must(t, err)
 
+	// Prepare reads a pod's RuntimeClass handler.
+	if _, err := onA.NodeV1().RuntimeClasses().Get(ctx, "absent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("get a RuntimeClass as meshlet: %v, want NotFound (allowed, absent)", err)
+	}
+
 	// meshlet gets the claim (NodePrepareResources) and reports the
 	// enrollment in status.devices.
 	enrolled := func(rc kubernetes.Interface, message string) error {

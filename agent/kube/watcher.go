@@ -161,10 +161,6 @@ func (w *Watcher) RunReevaluation(ctx context.Context, reevaluate func(context.C
 // knows (the sandbox's labels, the last known namespace labels) and
 // counts it.
 func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo, error) {
-	var info enroll.PodInfo
-	if ns, err := w.nsList.Get(pod.Namespace); err == nil {
-		info.NamespaceLabels = ns.Labels
-	}
 	apiPod, err := w.podList.Pods(pod.Namespace).Get(pod.Name)
 	if err != nil || string(apiPod.UID) != pod.UID {
 		apiPod, err = w.get(ctx, pod)
@@ -176,15 +172,29 @@ func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo,
 		w.mu.Unlock()
 		klog.FromContext(ctx).Info("Pod not known to the API server; deciding from the sandbox's labels",
 			"pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
-		info.ServiceAccount = enroll.DefaultServiceAccount
+		info := enroll.PodInfo{ServiceAccount: enroll.DefaultServiceAccount}
+		if ns, err := w.nsList.Get(pod.Namespace); err == nil {
+			info.NamespaceLabels = ns.Labels
+		}
 		return info, nil
+	}
+	return w.infoOf(apiPod, pod.Namespace), nil
+}
+
+// infoOf is a pod's policy inputs from its API object and its namespace's
+// labels (the informer's).
+func (w *Watcher) infoOf(apiPod *corev1.Pod, namespace string) enroll.PodInfo {
+	var info enroll.PodInfo
+	if ns, err := w.nsList.Get(namespace); err == nil {
+		info.NamespaceLabels = ns.Labels
 	}
 	info.ServiceAccount = apiPod.Spec.ServiceAccountName
 	if info.ServiceAccount == "" {
 		info.ServiceAccount = enroll.DefaultServiceAccount
 	}
 	info.PodLabels, info.PodAnnotations = nonNil(apiPod.Labels), nonNil(apiPod.Annotations)
-	return info, nil
+	info.ResourceClaims = claimNames(apiPod)
+	return info
 }
 
 // get fetches a pod the informer has not seen (a just-bound pod).
@@ -200,6 +210,27 @@ func (w *Watcher) get(ctx context.Context, pod *enroll.Pod) (*corev1.Pod, error)
 	}
 	w.Fallbacks.Add(1)
 	return p, nil
+}
+
+// claimNames lists the pod's ResourceClaims: those made from its templates
+// or named in its spec, and the one the scheduler made for its extended
+// resources.
+func claimNames(p *corev1.Pod) []string {
+	var names []string
+	for _, s := range p.Status.ResourceClaimStatuses {
+		if s.ResourceClaimName != nil {
+			names = append(names, *s.ResourceClaimName)
+		}
+	}
+	for _, c := range p.Spec.ResourceClaims {
+		if c.ResourceClaimName != nil {
+			names = append(names, *c.ResourceClaimName)
+		}
+	}
+	if s := p.Status.ExtendedResourceClaimStatus; s != nil && s.ResourceClaimName != "" {
+		names = append(names, s.ResourceClaimName)
+	}
+	return names
 }
 
 func nonNil(m map[string]string) map[string]string {
