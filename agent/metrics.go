@@ -127,8 +127,8 @@ func registerDRAMetrics(reg prometheus.Registerer, driver *draplugin.Driver, cla
 			Help: "Mesh ResourceClaims prepared on this node (in the prepared-claims file).",
 		}, func() float64 { return float64(claims.Len()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "meshlet_dra_refused_claims_total",
-			Help: "Mesh ResourceClaims Prepare refused: invalid MeshConfig, or a pod that cannot be meshed.",
+			Name: "meshlet_dra_prepare_refusals_total",
+			Help: "Claims refused by Prepare (invalid MeshConfig, a pod that cannot be meshed), counting the kubelet's retries.",
 		}, func() float64 { return float64(driver.Refused.Load()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_mesh_device_ready",

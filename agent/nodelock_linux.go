@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,7 +43,10 @@ func acquireNodeLock(ctx context.Context, stateDir string) (release func(), err 
 			}
 			return func() { f.Close() }, nil
 		}
-		if err != unix.EWOULDBLOCK {
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
 			return nil, fmt.Errorf("node lock %s: %w", path, err)
 		}

@@ -114,10 +114,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
 	defer redir.Close() // rules stay: see above
-	// The DRA plugin joins the reporters below, before anything runs.
 	reporters := statusReporters{status}
+	if driver != nil {
+		reporters = append(reporters, driver)
+	}
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
-		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: &reporters},
+		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: reporters},
 		enroll.Config{Defaults: cfg.PodDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
 	if err != nil {
 		return err
@@ -138,7 +140,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	plugin := nriplugin.New(nriCfg, core, m)
 	if driver != nil {
-		reporters = append(reporters, driver)
 		driver.Lead(draplugin.Node{State: nodeState(plugin.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
 			Prepared: func(pods []string) {
 				// A claim for a pod that already runs (prepared again after

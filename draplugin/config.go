@@ -1,7 +1,6 @@
 package draplugin
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -67,7 +66,7 @@ func (c Config) Validate() error {
 	}
 	if c.PodUID != "" {
 		if errs := validation.IsValidLabelValue(c.PodUID); len(errs) > 0 || len(c.PodUID) > 63 {
-			return errors.New("--pod-uid: not a pod UID")
+			return fmt.Errorf("--pod-uid=%q: not a pod UID (DaemonSet: from the downward API, metadata.uid)", c.PodUID)
 		}
 	}
 	return nil

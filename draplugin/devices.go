@@ -59,10 +59,18 @@ const healthTimeout = 30 * time.Second
 // otherwise, at once on every change and again before the kubelet's
 // report would go stale.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	select { // a meshlet that does not serve the node yet knows nothing
-	case <-ctx.Done():
-		return nil
-	case <-d.leading:
+	// A meshlet that does not serve the node yet (an update's new one)
+	// cannot vouch for the devices: Unknown until it does.
+	for !d.leads() {
+		if !d.sendHealth(ctx, reports, kubeletplugin.HealthStatusUnknown, "another meshlet serves this node") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.leading:
+		case <-time.After(healthTimeout / 3):
+		}
 	}
 	for {
 		state, changed := d.watchState()
@@ -70,16 +78,8 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		if !state.Ready {
 			health, msg = kubeletplugin.HealthStatusUnhealthy, state.Message
 		}
-		var report kubeletplugin.DeviceHealthReport
-		now := time.Now()
-		for _, name := range d.deviceNames() {
-			report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{PoolName: d.deps.NodeName, DeviceName: name,
-				Health: health, LastUpdated: now, HealthCheckTimeout: healthTimeout, Message: msg})
-		}
-		select {
-		case <-ctx.Done():
+		if !d.sendHealth(ctx, reports, health, msg) {
 			return nil
-		case reports <- report:
 		}
 		select {
 		case <-ctx.Done():
@@ -87,5 +87,22 @@ func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletpl
 		case <-changed:
 		case <-time.After(healthTimeout / 3):
 		}
+	}
+}
+
+// sendHealth reports every device with one health; false when ctx ended
+// first.
+func (d *Driver) sendHealth(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport, health kubeletplugin.HealthStatus, msg string) bool {
+	var report kubeletplugin.DeviceHealthReport
+	now := time.Now()
+	for _, name := range d.deviceNames() {
+		report.Devices = append(report.Devices, kubeletplugin.DeviceHealth{PoolName: d.deps.NodeName, DeviceName: name,
+			Health: health, LastUpdated: now, HealthCheckTimeout: healthTimeout, Message: msg})
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case reports <- report:
+		return true
 	}
 }

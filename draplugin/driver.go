@@ -5,10 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -86,7 +90,7 @@ type Driver struct {
 	fail   context.CancelCauseFunc
 
 	// Refused counts claims Prepare refused (invalid config, a pod that
-	// cannot be meshed).
+	// cannot be meshed), each retry of the kubelet again.
 	Refused atomic.Uint64
 
 	// node is set once by Lead; leading is closed then.
@@ -119,8 +123,22 @@ func (d *Driver) Lead(node Node) {
 	if node.State == nil || node.Records == nil {
 		panic("draplugin: Lead without node state or records")
 	}
+	select {
+	case <-d.leading:
+		panic("draplugin: Lead called twice")
+	default:
+	}
 	d.node = node
 	close(d.leading)
+}
+
+// stopCause is nil when ctx was cancelled to stop, else why it ended (a
+// fatal error of the helper).
+func stopCause(ctx context.Context) error {
+	if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }
 
 // Run registers the plugin with the kubelet, publishes the node's slice
@@ -146,7 +164,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	if d.cfg.PodUID != "" {
 		opts = append(opts, kubeletplugin.RollingUpdate(types.UID(d.cfg.PodUID)))
 	}
-	helper, err := kubeletplugin.Start(ctx, d, opts...)
+	// The helper outlives ctx until Run returns: a stopping meshlet still
+	// publishes its device's taint (see taintForStop).
+	helper, err := kubeletplugin.Start(context.WithoutCancel(ctx), d, opts...)
 	if err != nil {
 		return fmt.Errorf("start kubelet plugin %s: %w", d.cfg.DriverName, err)
 	}
@@ -154,7 +174,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	logger.Info("DRA kubelet plugin registered", "driver", d.cfg.DriverName, "pluginDir", d.cfg.dataDir(), "rollingUpdate", d.cfg.PodUID != "")
 	select {
 	case <-ctx.Done():
-		return nil
+		return stopCause(ctx)
 	case <-d.leading:
 	}
 	state := d.node.State()
@@ -172,9 +192,10 @@ func (d *Driver) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			if err := context.Cause(ctx); !errors.Is(err, context.Canceled) {
+			if err := stopCause(ctx); err != nil {
 				return err
 			}
+			d.taintForStop(helper, logger)
 			return nil
 		case <-tick.C:
 		}
@@ -195,10 +216,13 @@ func (d *Driver) Run(ctx context.Context) error {
 
 // DeviceReady reports whether this meshlet publishes the node's mesh
 // device untainted.
-func (d *Driver) DeviceReady() bool {
+func (d *Driver) DeviceReady() bool { return d.leads() && d.nodeState().Ready }
+
+// leads reports whether Lead was called.
+func (d *Driver) leads() bool {
 	select {
 	case <-d.leading:
-		return d.nodeState().Ready
+		return true
 	default:
 		return false
 	}
@@ -229,6 +253,51 @@ func (d *Driver) setState(s NodeState) bool {
 	close(d.changed)
 	d.changed = make(chan struct{})
 	return true
+}
+
+// stoppedState is the node's state once its meshlet stopped.
+var stoppedState = NodeState{Reason: "meshlet-stopped", Message: "meshlet stopped: the node enrolls no new pods until a meshlet serves it again"}
+
+// taintForStop taints the device before the plugin goes: until another
+// meshlet serves the node (an update's new one, a restart), no pod can be
+// enrolled here, so the scheduler must not place mesh pods on it. It waits
+// (at most a second) until the API server has the taint.
+func (d *Driver) taintForStop(helper *kubeletplugin.Helper, logger klog.Logger) {
+	d.setState(stoppedState)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := helper.PublishResources(ctx, d.resources(stoppedState)); err != nil {
+		logger.Error(err, "Tainting the mesh device on stop")
+		return
+	}
+	sel := fields.Set{"spec.nodeName": d.deps.NodeName, "spec.driver": d.cfg.DriverName}.AsSelector().String()
+	for {
+		list, err := d.deps.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err == nil && allTainted(list.Items, TaintKey(d.cfg.DriverName)) {
+			logger.Info("Mesh device tainted: meshlet is stopping", "driver", d.cfg.DriverName)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			logger.Info("Mesh device taint not confirmed before stopping", "driver", d.cfg.DriverName, "err", err)
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// allTainted reports whether the slices have devices, all tainted with key.
+func allTainted(items []resourceapi.ResourceSlice, key string) bool {
+	n := 0
+	for _, s := range items {
+		for _, dev := range s.Spec.Devices {
+			if !slices.ContainsFunc(dev.Taints, func(t resourceapi.DeviceTaint) bool { return t.Key == key }) {
+				return false
+			}
+			n++
+		}
+	}
+	return n > 0
 }
 
 // HandleError logs background errors of the helper (publishing slices,

@@ -51,12 +51,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, c := range prepared {
 		logger.V(2).Info("Mesh claim prepared", "claim", klog.KRef(c.Namespace, c.Name), "claimUID", c.UID, "pods", c.Pods, "settings", settingsString(c.Settings))
 	}
-	select {
-	case <-d.leading:
-		if d.node.Prepared != nil {
-			go d.node.Prepared(pods)
-		}
-	default: // the leading meshlet's runtime hook reads the stored claims
+	// A standby has no pods to converge: the leading meshlet's runtime
+	// hook reads the stored claims.
+	if d.leads() && d.node.Prepared != nil {
+		go d.node.Prepared(pods)
 	}
 	return result, nil
 }

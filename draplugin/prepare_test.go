@@ -641,8 +641,8 @@ func BenchmarkPrepare(b *testing.B) {
 
 // TestStandby: a driver that does not lead the node (a new meshlet waiting
 // for the previous one to exit) prepares and stores claims, which the
-// leading meshlet's hook reads from the shared file, but reports no device
-// health and has no pods to converge.
+// leading meshlet's hook reads from the shared file, reports its device's
+// health Unknown (it cannot vouch for it) and has no pods to converge.
 func TestStandby(t *testing.T) {
 	dir := t.TempDir()
 	store := openStore(t, dir)
@@ -667,8 +667,11 @@ func TestStandby(t *testing.T) {
 	go func() { done <- d.WatchHealthStatus(ctx, reports) }()
 	select {
 	case r := <-reports:
-		t.Fatalf("a standby reported health %+v", r)
-	case <-time.After(100 * time.Millisecond):
+		if len(r.Devices) != 1 || r.Devices[0].Health != kubeletplugin.HealthStatusUnknown {
+			t.Fatalf("a standby reported %+v, want the device Unknown", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a standby reported no health")
 	}
 	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: noRecords{}})
 	d.setState(NodeState{Ready: true})

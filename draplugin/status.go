@@ -48,6 +48,9 @@ type podReport struct {
 const (
 	statusAttempts = 5
 	statusBackoff  = 200 * time.Millisecond
+	// statusWriteTimeout bounds one claim's write, so an API server that
+	// hangs delays the other claims' status by no more than that.
+	statusWriteTimeout = 5 * time.Second
 )
 
 func newClaimStatus(d *Driver) *claimStatus {
@@ -130,6 +133,8 @@ func (s *claimStatus) write(ctx context.Context, r podReport) error {
 
 func (s *claimStatus) writeClaim(ctx context.Context, c Claim, cond metav1.Condition, ips []string) error {
 	claims := s.d.deps.Client.ResourceV1().ResourceClaims(c.Namespace)
+	ctx, cancel := context.WithTimeout(ctx, statusWriteTimeout)
+	defer cancel()
 	for range 3 { // conflicts: someone else updated the claim's status
 		rc, err := claims.Get(ctx, c.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -146,6 +151,7 @@ func (s *claimStatus) writeClaim(ctx context.Context, c Claim, cond metav1.Condi
 		for _, dev := range c.Devices {
 			st := deviceStatus(rc, s.d.cfg.DriverName, dev)
 			meta.SetStatusCondition(&st.Conditions, cond)
+			st.NetworkData = nil // addresses only while the pod is enrolled
 			if ips != nil {
 				st.NetworkData = &resourceapi.NetworkDeviceData{IPs: ips}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,9 +96,13 @@ func TestDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"\nmeshlet_dra_refused_claims_total 1\n", "\nmeshlet_mesh_device_ready 1\n", "\nmeshlet_dra_prepared_claims 2\n"} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("metrics lack %q", strings.TrimSpace(want))
+	for name, ok := range map[string]func(float64) bool{
+		"meshlet_dra_prepare_refusals_total": func(v float64) bool { return v >= 1 }, // the kubelet retries
+		"meshlet_mesh_device_ready":          func(v float64) bool { return v == 1 },
+		"meshlet_dra_prepared_claims":        func(v float64) bool { return v == 2 },
+	} {
+		if v, found := metricValue(metrics, name); !found || !ok(v) {
+			t.Errorf("metric %s = %v (found %t)", name, v, found)
 		}
 	}
 	if err := c.Client.CoreV1().Pods(draNamespace).Delete(ctx, refused.Name, metav1.DeleteOptions{}); err != nil {
@@ -208,6 +213,24 @@ func TestDRA(t *testing.T) {
 	after := createPod(t, c, meshPodByResource("after"))
 	waitPod(t, c, after, "Running after the update", running)
 	checkEnrolled(t, m, after, true)
+
+	// A stopping meshlet taints the device before it goes, and has the API
+	// server confirm it: no mesh pod is scheduled while none serves the
+	// node. (Pods go first, so their claims are unprepared.)
+	if err := c.DeletePods(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.meshlet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 1 || len(slices.Items[0].Spec.Devices) != 1 || len(slices.Items[0].Spec.Devices[0].Taints) != 1 ||
+		slices.Items[0].Spec.Devices[0].Taints[0].Value != "meshlet-stopped" {
+		t.Fatalf("after meshlet stopped, the node's slices are %s, want the mesh device tainted meshlet-stopped", toYAML(slices.Items))
+	}
 }
 
 // running: the pod runs with its container ready.
@@ -514,4 +537,15 @@ func TestDRASlots(t *testing.T) {
 	}
 	waitPod(t, c, third, "Running once a slot is free", running)
 	checkEnrolled(t, m, third, true)
+}
+
+// metricValue is the value of an unlabelled metric in a Prometheus text page.
+func metricValue(page, name string) (float64, bool) {
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
+		}
+	}
+	return 0, false
 }
