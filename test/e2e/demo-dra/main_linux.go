@@ -62,9 +62,14 @@ func run() int {
 	// either way, and further signals do not interrupt it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	finished := make(chan struct{})
+	defer close(finished)
 	go func() {
-		<-ctx.Done()
-		fmt.Fprintln(os.Stderr, "demo-dra: interrupted; cleaning up…")
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(os.Stderr, "demo-dra: interrupted; cleaning up…")
+		case <-finished:
+		}
 	}()
 
 	failed := true
