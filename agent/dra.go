@@ -22,7 +22,15 @@ type claimPolicy struct {
 var _ enroll.Policy = claimPolicy{}
 
 func (p claimPolicy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
-	if len(p.claims.Of(pod, info)) > 0 {
+	switch {
+	case p.claims.Claimed(pod.UID):
+		// Prepared for this pod: Prepare refused it if it could not hold
+		// the claim.
+		return p.labels.DecideClaimed(pod, info)
+	case len(p.claims.Of(pod, info)) > 0 && p.labels.ClaimConflict(pod, info) == nil:
+		// It joined a shared claim after the kubelet prepared it (the
+		// kubelet prepares a claim once), so no Prepare checked it here; a
+		// pod that could not hold the claim is decided by its labels.
 		return p.labels.DecideClaimed(pod, info)
 	}
 	return p.labels.Decide(pod, info)
@@ -59,16 +67,21 @@ func nodeState(runtimeConnected func() bool, ztunnels func() int, ztunnelSocket 
 
 // openClaims loads the prepared claims. A corrupt file is set aside
 // loudly: the claims it held lose their settings (their pods fall back to
-// labels and defaults) but meshlet serves the node.
+// labels and defaults) but meshlet serves the node. A file of another
+// meshlet version stops start-up: replacing it would destroy the claims
+// of the release that wrote it (a rollback, or an update's other meshlet).
 func openClaims(dir string, logger klog.Logger) (*draplugin.ClaimStore, error) {
 	store, err := draplugin.OpenClaimStore(dir)
 	if errors.Is(err, draplugin.ErrClaimsCorrupt) {
-		dst, aerr := draplugin.SetAsideClaims(dir, time.Now())
-		if aerr != nil {
-			return nil, fmt.Errorf("%w (and setting it aside failed: %w)", err, aerr)
+		dst, rerr := draplugin.ResetClaims(dir, time.Now())
+		if rerr != nil {
+			return nil, fmt.Errorf("%w (and setting it aside failed: %w)", err, rerr)
 		}
 		logger.Error(err, "Prepared-claims file set aside: claims prepared before this start lost their mesh settings", "setAside", dst)
 		store, err = draplugin.OpenClaimStore(dir)
+	}
+	if errors.Is(err, draplugin.ErrClaimsVersion) {
+		return nil, fmt.Errorf("%w: run the meshlet release that wrote it, or remove it with the node drained of mesh pods (their claims' settings are lost)", err)
 	}
 	if err != nil {
 		return nil, err

@@ -72,6 +72,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if claims, err = openClaims(cfg.StateDir, logger); err != nil {
 			return err
 		}
+		defer claims.Close()
 		decide = claimPolicy{labels: pol, claims: claims}
 		settings = append([]enroll.SettingsSource{claims}, settings...)
 	}
@@ -103,7 +104,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return err
 	}
-	defer release()
+	// The DRA plugin stops (its device tainted) before the lock goes, so a
+	// successor never publishes the node's slice alongside it.
+	defer func() { stopDRA(); release() }()
 	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket})
 	if err != nil {
 		return err

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -30,6 +29,12 @@ const ClaimsVersion = 1
 
 // ErrClaimsCorrupt means the claims file exists but cannot be read.
 var ErrClaimsCorrupt = errors.New("prepared-claims file is corrupt")
+
+// ErrClaimsVersion means the claims file is of another format version: a
+// meshlet of another release wrote it. It is neither read nor replaced, so
+// that a rollback or an overlapping update never destroys the other
+// release's claims.
+var ErrClaimsVersion = errors.New("prepared-claims file of another meshlet version")
 
 // Claim is one prepared mesh ResourceClaim: which pods it is for and the
 // settings it gives them. It is the claim's fact, kept by claim UID; the
@@ -74,11 +79,11 @@ type ClaimStore struct {
 	claims map[string]*Claim   // by claim UID
 	byPod  map[string][]*Claim // by pod UID, in claim UID order
 	byName map[string]*Claim   // by namespace/name
-	// cur is the file as last read or written, kept open: a writer
-	// replaces the file by a rename, which drops cur's last link. Holding
-	// it also keeps its inode from being reused, so no replacement can
-	// look like the file already read.
-	cur *os.File
+	// cur is the file as last read or written, kept open so that its
+	// inode cannot be reused: the path names another file exactly when
+	// the file was replaced (writers rename a new one over it).
+	cur     *os.File
+	curInfo fs.FileInfo
 }
 
 // OpenClaimStore loads the claims file in dir; a missing file is an empty
@@ -102,14 +107,16 @@ func (s *ClaimStore) Close() error {
 		return nil
 	}
 	err := s.cur.Close()
-	s.cur = nil
+	s.cur, s.curInfo = nil, nil
 	return err
 }
 
-// SetAsideClaims renames a corrupt claims file, like the checkpoint's.
+// SetAsideClaims keeps a corrupt claims file under a dated name, like the
+// checkpoint's. It links rather than renames, so the claims file never
+// disappears for a reader: the caller replaces it next.
 func SetAsideClaims(dir string, now time.Time) (string, error) {
 	dst := filepath.Join(dir, fmt.Sprintf("%s.corrupt-%s", ClaimsFileName, now.UTC().Format("20060102T150405.000000000Z")))
-	if err := os.Rename(filepath.Join(dir, ClaimsFileName), dst); err != nil {
+	if err := os.Link(filepath.Join(dir, ClaimsFileName), dst); err != nil {
 		return "", fmt.Errorf("set aside %s: %w", ClaimsFileName, err)
 	}
 	return dst, nil
@@ -117,28 +124,14 @@ func SetAsideClaims(dir string, now time.Time) (string, error) {
 
 func (s *ClaimStore) path() string { return filepath.Join(s.dir, ClaimsFileName) }
 
-// replaced reports whether the file cur was read from is no longer the
-// claims file (renamed over or removed): one fstat.
-func replaced(f *os.File) bool {
-	fi, err := f.Stat()
-	if err != nil {
-		return true
-	}
-	sys, ok := fi.Sys().(*syscall.Stat_t)
-	return !ok || sys.Nlink == 0
-}
-
-// reload reads the file if it was replaced since it was last read. s.mu is
-// held (or s is not shared yet). On error the claims last read stay.
+// reload reads the file if it was replaced since it was last read: one
+// stat. s.mu is held (or s is not shared yet). On error the claims last
+// read stay.
 func (s *ClaimStore) reload() error {
-	if s.cur != nil && !replaced(s.cur) {
-		return nil
-	}
-	f, err := os.Open(s.path())
+	fi, err := os.Stat(s.path())
 	if errors.Is(err, fs.ErrNotExist) {
 		if s.cur != nil {
-			s.cur.Close()
-			s.cur = nil
+			s.closeCur()
 			s.set(nil) // removed by hand: nothing is prepared
 		}
 		return nil
@@ -146,20 +139,54 @@ func (s *ClaimStore) reload() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.path(), err)
 	}
-	b, err := io.ReadAll(f)
-	if err == nil {
-		var claims []Claim
-		if claims, err = parseClaims(b); err == nil {
-			if s.cur != nil {
-				s.cur.Close()
-			}
-			s.cur = f
-			s.set(claims)
-			return nil
-		}
+	if s.cur != nil && os.SameFile(fi, s.curInfo) {
+		return nil
 	}
-	f.Close()
-	return fmt.Errorf("%s: %w", s.path(), err)
+	f, err := os.Open(s.path())
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.path(), err)
+	}
+	claims, err := readClaims(f)
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", s.path(), err)
+	}
+	s.closeCur()
+	s.cur = f
+	s.curInfo, _ = f.Stat()
+	s.set(claims)
+	return nil
+}
+
+// readClaims reads and parses an open claims file.
+func readClaims(f *os.File) ([]Claim, error) {
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil, err
+	}
+	return parseClaims(b)
+}
+
+func (s *ClaimStore) closeCur() {
+	if s.cur != nil {
+		s.cur.Close()
+	}
+	s.cur, s.curInfo = nil, nil
+}
+
+// ResetClaims keeps a corrupt claims file under a dated name and replaces
+// it with an empty one, atomically: a reader (the other meshlet of an
+// update) never finds the file missing.
+func ResetClaims(dir string, now time.Time) (string, error) {
+	dst, err := SetAsideClaims(dir, now)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.MarshalIndent(claimsFile{Version: ClaimsVersion, Claims: []Claim{}}, "", "  ")
+	if err != nil {
+		return dst, err
+	}
+	return dst, atomicfile.Write(dir, ClaimsFileName, append(b, '\n'), 0o600)
 }
 
 // reloadForWrite is reload for Put and Remove: a file that became corrupt
@@ -191,8 +218,11 @@ func parseClaims(b []byte) ([]Claim, error) {
 	if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
 		return nil, fmt.Errorf("%w: trailing data", ErrClaimsCorrupt)
 	}
+	if f.Version == 0 {
+		return nil, fmt.Errorf("%w: no version", ErrClaimsCorrupt)
+	}
 	if f.Version != ClaimsVersion {
-		return nil, fmt.Errorf("%w: version %d, want %d", ErrClaimsCorrupt, f.Version, ClaimsVersion)
+		return nil, fmt.Errorf("%w: version %d, this meshlet reads %d", ErrClaimsVersion, f.Version, ClaimsVersion)
 	}
 	seen := map[string]bool{}
 	for i, c := range f.Claims {
@@ -235,13 +265,13 @@ func (s *ClaimStore) save(claims []Claim) error {
 		return err
 	}
 	s.set(claims)
-	if s.cur != nil {
-		s.cur.Close()
-		s.cur = nil
-	}
+	s.closeCur()
 	if f, err := os.Open(s.path()); err == nil {
-		s.cur = f // else: read again next time
-	}
+		// Writers are serialised (the kubelet plugin's lock), so this is
+		// the file just written.
+		s.cur = f
+		s.curInfo, _ = f.Stat()
+	} // else: read again next time
 	return nil
 }
 
@@ -323,14 +353,29 @@ func (s *ClaimStore) Of(pod *enroll.Pod, info enroll.PodInfo) []Claim {
 	}
 	for _, name := range info.ResourceClaims {
 		c, ok := s.byName[pod.Namespace+"/"+name]
-		if ok && !slices.Contains(c.Pods, pod.UID) {
+		if ok && !slices.ContainsFunc(out, func(o Claim) bool { return o.UID == c.UID }) {
 			out = append(out, *c)
 		}
 	}
+	slices.SortFunc(out, func(a, b Claim) int { return strings.Compare(a.UID, b.UID) })
 	return out
 }
 
-// Claimed reports whether a mesh claim was prepared for the pod.
+// Get returns a prepared claim by UID.
+func (s *ClaimStore) Get(uid string) (Claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refresh()
+	c, ok := s.claims[uid]
+	if !ok {
+		return Claim{}, false
+	}
+	return *c, true
+}
+
+// Claimed reports whether a mesh claim was prepared for the pod itself: it
+// was reserved for the pod when the kubelet prepared it, so Prepare checked
+// the pod (unlike a claim Of finds by name only).
 func (s *ClaimStore) Claimed(podUID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

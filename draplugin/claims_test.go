@@ -286,7 +286,6 @@ var corruptFiles = map[string]string{
 	"trailing brack": `{"version":1,"claims":[]}]`,
 	"unknown field":  `{"version":1,"claims":[{"uid":"a","podz":["x"]}]}`,
 	"unknown top":    `{"version":1,"claims":[],"extra":true}`,
-	"wrong version":  `{"version":2,"claims":[]}`,
 	"no version":     `{"claims":[]}`,
 	"duplicate uid":  `{"version":1,"claims":[{"uid":"a"},{"uid":"a"}]}`,
 	"missing uid":    `{"version":1,"claims":[{"namespace":"app"}]}`,
@@ -310,7 +309,7 @@ func TestClaimStoreCorrupt(t *testing.T) {
 				t.Errorf("error %q does not name the file", err)
 			}
 			now := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
-			dst, err := SetAsideClaims(dir, now)
+			dst, err := ResetClaims(dir, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -320,17 +319,48 @@ func TestClaimStoreCorrupt(t *testing.T) {
 			if b, err := os.ReadFile(dst); err != nil || string(b) != content {
 				t.Errorf("set-aside file: %q, %v; want the corrupt content", b, err)
 			}
-			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("claims file still there after SetAsideClaims: %v", err)
-			}
-			s = openStore(t, dir)
+			s = openStore(t, dir) // the file was replaced, never missing
 			if s.Len() != 0 {
-				t.Errorf("store after setting aside has %d claims", s.Len())
+				t.Errorf("store after the reset has %d claims", s.Len())
 			}
 		})
 	}
 	if _, err := SetAsideClaims(t.TempDir(), time.Now()); err == nil {
 		t.Error("SetAsideClaims with no file: no error")
+	}
+}
+
+// TestClaimStoreOtherVersion: a file another meshlet release wrote is
+// neither read nor replaced: opening it and writing over it fail, and its
+// bytes stay.
+func TestClaimStoreOtherVersion(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir)
+	if err := s.Put(testClaim("a", []string{"pod-a"}, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	other := []byte(`{"version":2,"claims":[]}`)
+	tmp := filepath.Join(dir, "other.tmp")
+	if err := os.WriteFile(tmp, other, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, ClaimsFileName)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenClaimStore(dir); !errors.Is(err, ErrClaimsVersion) {
+		t.Fatalf("OpenClaimStore = %v, want ErrClaimsVersion", err)
+	}
+	if err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil)); !errors.Is(err, ErrClaimsVersion) {
+		t.Fatalf("Put over another version's file = %v, want ErrClaimsVersion", err)
+	}
+	if _, err := s.Remove("a"); !errors.Is(err, ErrClaimsVersion) {
+		t.Fatalf("Remove over another version's file = %v, want ErrClaimsVersion", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, ClaimsFileName)); !bytes.Equal(b, other) {
+		t.Fatalf("the other version's file became %s", b)
+	}
+	if aside, _ := filepath.Glob(filepath.Join(dir, ClaimsFileName+".corrupt-*")); len(aside) != 0 {
+		t.Fatalf("the other version's file was set aside: %v", aside)
 	}
 }
 

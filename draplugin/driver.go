@@ -147,7 +147,8 @@ func stopCause(ctx context.Context) error {
 func (d *Driver) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
 	ctx, d.fail = context.WithCancelCause(ctx)
-	defer d.fail(nil)
+	var wg sync.WaitGroup // the claim status writer
+	defer func() { d.fail(nil); wg.Wait() }()
 	if fi, err := os.Stat(d.cfg.registryDir()); err != nil || !fi.IsDir() {
 		return fmt.Errorf("kubelet plugin registry %s not found (is --kubelet-root-dir the kubelet's --root-dir?): %v", d.cfg.registryDir(), err)
 	}
@@ -184,19 +185,16 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	logger.Info("Publishing the node's mesh device", "devices", d.deviceNames(), "ready", state.Ready, "reason", state.Reason)
 
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	wg.Go(func() { d.status.run(ctx) })
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			if err := stopCause(ctx); err != nil {
-				return err
-			}
+			// Stopping or failing, the device is tainted first: no mesh
+			// pod may be scheduled while no meshlet serves the node.
 			d.taintForStop(helper, logger)
-			return nil
+			return stopCause(ctx)
 		case <-tick.C:
 		}
 		next := d.node.State()
@@ -273,7 +271,7 @@ func (d *Driver) taintForStop(helper *kubeletplugin.Helper, logger klog.Logger) 
 	sel := fields.Set{"spec.nodeName": d.deps.NodeName, "spec.driver": d.cfg.DriverName}.AsSelector().String()
 	for {
 		list, err := d.deps.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err == nil && allTainted(list.Items, TaintKey(d.cfg.DriverName)) {
+		if err == nil && allTainted(list.Items, TaintKey(d.cfg.DriverName), stoppedState.Reason) {
 			logger.Info("Mesh device tainted: meshlet is stopping", "driver", d.cfg.DriverName)
 			return
 		}
@@ -281,17 +279,20 @@ func (d *Driver) taintForStop(helper *kubeletplugin.Helper, logger klog.Logger) 
 		case <-ctx.Done():
 			logger.Info("Mesh device taint not confirmed before stopping", "driver", d.cfg.DriverName, "err", err)
 			return
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
-// allTainted reports whether the slices have devices, all tainted with key.
-func allTainted(items []resourceapi.ResourceSlice, key string) bool {
+// allTainted reports whether the slices have devices, all carrying the
+// taint key=value:NoSchedule.
+func allTainted(items []resourceapi.ResourceSlice, key, value string) bool {
 	n := 0
 	for _, s := range items {
 		for _, dev := range s.Spec.Devices {
-			if !slices.ContainsFunc(dev.Taints, func(t resourceapi.DeviceTaint) bool { return t.Key == key }) {
+			if !slices.ContainsFunc(dev.Taints, func(t resourceapi.DeviceTaint) bool {
+				return t.Key == key && t.Value == value && t.Effect == resourceapi.DeviceTaintEffectNoSchedule
+			}) {
 				return false
 			}
 			n++

@@ -19,14 +19,15 @@ func FuzzParseClaims(f *testing.F) {
 	f.Add([]byte(`{"version":1,"claims":[]}`))
 	f.Add([]byte(`{"version":1,"claims":[{"uid":"a","namespace":"n","name":"c","pods":["p"],"settings":{"apiVersion":"meshlet.dev/v1alpha1","kind":"MeshConfig","dnsCapture":false},"devices":[{"request":"mesh","pool":"n1","device":"mesh","shareID":"s"}]}]}`))
 	f.Add([]byte(`{"version":1,"claims":[{"uid":"a","pods":null,"devices":null}]}`))
+	f.Add([]byte(`{"version":2,"claims":[]}`))
 	for _, c := range corruptFiles {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		claims, err := parseClaims(b)
 		if err != nil {
-			if !errors.Is(err, ErrClaimsCorrupt) {
-				t.Fatalf("refused with %v, not ErrClaimsCorrupt", err)
+			if !errors.Is(err, ErrClaimsCorrupt) && !errors.Is(err, ErrClaimsVersion) {
+				t.Fatalf("refused with %v, not ErrClaimsCorrupt or ErrClaimsVersion", err)
 			}
 			return
 		}

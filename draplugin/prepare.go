@@ -32,7 +32,9 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, rc := range claims {
 		c, devices, err := d.prepare(ctx, rc)
 		if err != nil {
-			d.Refused.Add(1)
+			if !errors.Is(err, errLookup) {
+				d.Refused.Add(1)
+			}
 			logger.Info("Mesh claim refused", "claim", klog.KObj(rc), "claimUID", rc.UID, "err", err)
 			result[rc.UID] = kubeletplugin.PrepareResult{Err: fmt.Errorf("meshlet: claim %s/%s: %w", rc.Namespace, rc.Name, err)}
 			continue
@@ -58,6 +60,10 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	}
 	return result, nil
 }
+
+// errLookup marks a Prepare failure that is not a refusal: the pod could
+// not be looked up (the API server did not answer); the kubelet retries.
+var errLookup = errors.New("lookup failed")
 
 // prepare checks one claim and returns what to store and the devices of
 // the kubelet's result.
@@ -96,7 +102,7 @@ func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (Cl
 		}
 		pod, info, found, err := d.deps.Pods.LookupPod(ctx, rc.Namespace, ref.Name, string(ref.UID))
 		if err != nil {
-			return c, nil, fmt.Errorf("pod %s/%s: %w", rc.Namespace, ref.Name, err)
+			return c, nil, fmt.Errorf("pod %s/%s: %w: %w", rc.Namespace, ref.Name, errLookup, err)
 		}
 		if !found {
 			continue // still listed, but gone or going: not a pod to mesh

@@ -408,8 +408,11 @@ func TestPrepareConflict(t *testing.T) {
 		td := newTestDriver(t, nil)
 		td.pods.err = map[string]error{"c1-pod": errors.New("pod not found")}
 		r := td.prepare(t, rclaim("c1", "x"))["c1"]
-		if r.Err == nil || !strings.Contains(r.Err.Error(), "pod app/x-pod: pod not found") {
+		if r.Err == nil || !strings.Contains(r.Err.Error(), "pod app/x-pod: lookup failed: pod not found") {
 			t.Errorf("err = %v, want the lookup failure naming the pod", r.Err)
+		}
+		if n := td.Refused.Load(); n != 0 {
+			t.Errorf("a failed lookup counted as %d refusals, want 0 (the kubelet retries; nothing was refused)", n)
 		}
 		if td.store.Len() != 0 {
 			t.Error("claim stored")
@@ -539,6 +542,9 @@ func TestPrepareMixedBatch(t *testing.T) {
 	slices.Sort(pods)
 	if !reflect.DeepEqual(pods, []string{"good-pod", "good2-pod"}) {
 		t.Errorf("Prepared called with %v", pods)
+	}
+	if n := td.Refused.Load(); n != 1 {
+		t.Errorf("refusals counted: %d, want 1", n)
 	}
 }
 
@@ -673,8 +679,8 @@ func TestStandby(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a standby reported no health")
 	}
+	d.setState(NodeState{Ready: true}) // what Run does on Lead, before it reports
 	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: noRecords{}})
-	d.setState(NodeState{Ready: true})
 	select {
 	case r := <-reports:
 		if len(r.Devices) != 1 || r.Devices[0].Health != kubeletplugin.HealthStatusHealthy {

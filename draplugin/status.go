@@ -16,15 +16,14 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 )
 
-// Report queues the pod's enrollment status for its mesh claims'
-// status.devices (condition Enrolled). It never blocks, and a failed
-// write never affects the enrollment: it is retried a few times, then
-// logged.
+// Report queues a status write for each mesh claim prepared for the pod:
+// its devices' condition Enrolled in the claim's status.devices. It never
+// blocks, and a failed write never affects the enrollment: it is retried
+// a few times, then logged.
 func (d *Driver) Report(pod enroll.PodRef, st enroll.RedirectionStatus) {
-	if !d.deps.Claims.Claimed(pod.UID) {
-		return
+	for _, c := range d.deps.Claims.ForPod(pod.UID) {
+		d.status.queue(claimReport{claim: c.UID, pod: pod, status: st})
 	}
-	d.status.queue(podReport{ref: pod, status: st})
 }
 
 var _ enroll.StatusReporter = (*Driver)(nil)
@@ -33,12 +32,14 @@ var _ enroll.StatusReporter = (*Driver)(nil)
 type claimStatus struct {
 	d       *Driver
 	mu      sync.Mutex
-	pending map[string]podReport // latest report by pod UID
+	pending map[string]claimReport // latest report by claim UID
 	wake    chan struct{}
 }
 
-type podReport struct {
-	ref      enroll.PodRef
+// claimReport is the latest report of one of a claim's pods.
+type claimReport struct {
+	claim    string
+	pod      enroll.PodRef
 	status   enroll.RedirectionStatus
 	attempts int
 }
@@ -54,15 +55,12 @@ const (
 )
 
 func newClaimStatus(d *Driver) *claimStatus {
-	return &claimStatus{d: d, pending: map[string]podReport{}, wake: make(chan struct{}, 1)}
+	return &claimStatus{d: d, pending: map[string]claimReport{}, wake: make(chan struct{}, 1)}
 }
 
-func (s *claimStatus) queue(r podReport) {
+func (s *claimStatus) queue(r claimReport) {
 	s.mu.Lock()
-	if old, ok := s.pending[r.ref.UID]; ok && old.status == r.status {
-		r.attempts = old.attempts
-	}
-	s.pending[r.ref.UID] = r
+	s.pending[r.claim] = r
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -80,7 +78,7 @@ func (s *claimStatus) run(ctx context.Context) {
 		}
 		s.mu.Lock()
 		batch := s.pending
-		s.pending = map[string]podReport{}
+		s.pending = map[string]claimReport{}
 		s.mu.Unlock()
 		for _, r := range batch {
 			err := s.write(ctx, r)
@@ -89,13 +87,13 @@ func (s *claimStatus) run(ctx context.Context) {
 			}
 			r.attempts++
 			if r.attempts >= statusAttempts {
-				logger.Error(err, "Writing the enrollment to the pod's mesh claims; giving up", "pod", klog.KRef(r.ref.Namespace, r.ref.Name), "attempts", r.attempts)
+				logger.Error(err, "Writing the enrollment to a mesh claim's status; giving up", "pod", klog.KRef(r.pod.Namespace, r.pod.Name), "attempts", r.attempts)
 				continue
 			}
-			logger.V(2).Info("Writing the enrollment to the pod's mesh claims; will retry", "pod", klog.KRef(r.ref.Namespace, r.ref.Name), "err", err)
+			logger.V(2).Info("Writing the enrollment to a mesh claim's status; will retry", "pod", klog.KRef(r.pod.Namespace, r.pod.Name), "err", err)
 			time.AfterFunc(statusBackoff<<(r.attempts-1), func() {
 				s.mu.Lock()
-				_, newer := s.pending[r.ref.UID]
+				_, newer := s.pending[r.claim]
 				s.mu.Unlock()
 				if !newer {
 					s.queue(r)
@@ -105,28 +103,37 @@ func (s *claimStatus) run(ctx context.Context) {
 	}
 }
 
-// write sets the Enrolled condition on each of the pod's claims' mesh
-// devices, with the pod's IPs as the devices' network data.
-func (s *claimStatus) write(ctx context.Context, r podReport) error {
+// write sets the Enrolled condition on the claim's mesh devices: True
+// while any of the pods it was prepared for is enrolled, with their IPs as
+// the devices' network data; else False, with the reporting pod's state.
+func (s *claimStatus) write(ctx context.Context, r claimReport) error {
+	c, ok := s.d.deps.Claims.Get(r.claim)
+	if !ok {
+		return nil // unprepared meanwhile
+	}
 	cond := metav1.Condition{Type: ConditionEnrolled, Status: metav1.ConditionFalse}
 	var ips []string
-	switch r.status {
-	case enroll.RedirectionEnabled:
-		cond.Status, cond.Reason = metav1.ConditionTrue, "Enrolled"
-		cond.Message = "traffic redirected to ztunnel, which holds the pod's network namespace"
-		if rec, ok := s.d.node.Records.Record(r.ref.UID); ok {
-			cond.Message += " (" + rec.Redirection + ")"
-			ips = cidrs(rec.IPs)
+	var enrolled []enroll.Record
+	for _, uid := range c.Pods {
+		if rec, ok := s.d.node.Records.Record(uid); ok {
+			enrolled = append(enrolled, rec)
+			ips = append(ips, cidrs(rec.IPs)...)
 		}
-	case enroll.RedirectionPending:
+	}
+	switch {
+	case len(enrolled) > 0:
+		cond.Status, cond.Reason = metav1.ConditionTrue, "Enrolled"
+		cond.Message = "traffic redirected to ztunnel, which holds the pod's network namespace (" + enrolled[0].Redirection + ")"
+		if len(c.Pods) > 1 {
+			cond.Message = fmt.Sprintf("%d of the claim's %d pods enrolled: %s", len(enrolled), len(c.Pods), cond.Message)
+		}
+	case r.status == enroll.RedirectionPending:
 		cond.Reason, cond.Message = "Pending", "rules in place, waiting for ztunnel to acknowledge the pod"
 	default:
-		cond.Reason, cond.Message = "Removed", "the pod left the mesh"
+		cond.Reason, cond.Message = "NotEnrolled", "no pod of the claim is in the mesh"
 	}
-	for _, c := range s.d.deps.Claims.ForPod(r.ref.UID) {
-		if err := s.writeClaim(ctx, c, cond, ips); err != nil {
-			return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
-		}
+	if err := s.writeClaim(ctx, c, cond, ips); err != nil {
+		return fmt.Errorf("claim %s/%s: %w", c.Namespace, c.Name, err)
 	}
 	return nil
 }
