@@ -37,8 +37,9 @@ type Config struct {
 	// off): at most Slots mesh pods per node.
 	Slots int
 	// PodUID is meshlet's own pod UID. Set (DaemonSet: downward API), it
-	// enables the kubelet's rolling-update registration, so two meshlets
-	// serve the driver during an update instead of none.
+	// enables the kubelet's rolling-update registration (a socket per
+	// pod), so that whenever two meshlets run on the node both serve the
+	// driver and neither removes the other's registration.
 	PodUID string
 }
 
