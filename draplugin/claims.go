@@ -75,7 +75,12 @@ type claimsFile struct {
 type ClaimStore struct {
 	dir string
 
-	mu     sync.Mutex
+	// writeMu serialises Put and Remove within the process and is held
+	// across the write to disk; mu guards the claims in memory and is
+	// never held across a write, so the runtime hook's reads never wait
+	// for a Prepare's fsync.
+	writeMu sync.Mutex
+	mu      sync.Mutex
 	claims map[string]*Claim   // by claim UID
 	byPod  map[string][]*Claim // by pod UID, in claim UID order
 	byName map[string]*Claim   // by namespace/name
@@ -251,7 +256,7 @@ func (s *ClaimStore) set(claims []Claim) {
 }
 
 // save writes the given claims and, once they are on disk, makes them the
-// store's. s.mu is held.
+// store's. s.writeMu is held, s.mu is not.
 func (s *ClaimStore) save(claims []Claim) error {
 	slices.SortFunc(claims, func(a, b Claim) int { return strings.Compare(a.UID, b.UID) })
 	if claims == nil {
@@ -264,6 +269,8 @@ func (s *ClaimStore) save(claims []Claim) error {
 	if err := atomicfile.Write(s.dir, ClaimsFileName, append(b, '\n'), 0o600); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.set(claims)
 	s.closeCur()
 	if f, err := os.Open(s.path()); err == nil {
@@ -284,15 +291,25 @@ func (s *ClaimStore) all() []Claim {
 	return out
 }
 
-// Put stores claims (replacing any with the same UID) and returns once
-// they are on disk. On error nothing changed.
-func (s *ClaimStore) Put(claims ...Claim) error {
+// current is a copy of the claims as the file has them now, for a writer.
+func (s *ClaimStore) current() ([]Claim, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.reloadForWrite(); err != nil {
+		return nil, err
+	}
+	return s.all(), nil
+}
+
+// Put stores claims (replacing any with the same UID) and returns once
+// they are on disk. On error nothing changed.
+func (s *ClaimStore) Put(claims ...Claim) error {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	next, err := s.current()
+	if err != nil {
 		return err
 	}
-	next := s.all()
 	for _, c := range claims {
 		i := slices.IndexFunc(next, func(o Claim) bool { return o.UID == c.UID })
 		if i >= 0 {
@@ -307,13 +324,14 @@ func (s *ClaimStore) Put(claims ...Claim) error {
 // Remove drops claims by UID; unknown UIDs are fine. It returns the claims
 // it removed, once the file no longer has them.
 func (s *ClaimStore) Remove(uids ...string) ([]Claim, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.reloadForWrite(); err != nil {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	current, err := s.current()
+	if err != nil {
 		return nil, err
 	}
 	var removed []Claim
-	next := slices.DeleteFunc(s.all(), func(c Claim) bool {
+	next := slices.DeleteFunc(current, func(c Claim) bool {
 		if slices.Contains(uids, c.UID) {
 			removed = append(removed, c)
 			return true
