@@ -81,9 +81,9 @@ type ClaimStore struct {
 	// for a Prepare's fsync.
 	writeMu sync.Mutex
 	mu      sync.Mutex
-	claims map[string]*Claim   // by claim UID
-	byPod  map[string][]*Claim // by pod UID, in claim UID order
-	byName map[string]*Claim   // by namespace/name
+	claims  map[string]*Claim   // by claim UID
+	byPod   map[string][]*Claim // by pod UID, in claim UID order
+	byName  map[string]*Claim   // by namespace/name
 	// cur is the file as last read or written, kept open so that its
 	// inode cannot be reused: the path names another file exactly when
 	// the file was replaced (writers rename a new one over it).
