@@ -21,9 +21,10 @@ import (
 )
 
 // Run runs the daemon until ctx ends or a component fails. Shutdown is
-// ordered: the NRI plugin goes first (no new pods), then the API watchers,
-// then the checkpoint writer (a last write), then the ZDS server, then the
-// HTTP endpoints. Enrolled pods keep their rules: an agent restart or
+// ordered: the NRI plugin goes first (no new pods), then the DRA kubelet
+// plugin (its device tainted first), then the API watchers, then the
+// checkpoint writer (a last write), then the ZDS server, then the HTTP
+// endpoints, and last the node lock. Enrolled pods keep their rules: an agent restart or
 // upgrade must not unmesh running pods (the next agent re-adopts them at
 // Synchronize, and ztunnel keeps proxying meanwhile).
 func Run(ctx context.Context, cfg Config) error {

@@ -214,14 +214,16 @@ func TestAPIMetadataWins(t *testing.T) {
 // claimCases are pods holding a mesh claim: what DecideClaimed decides and
 // what ClaimConflict says (wantConflict: substrings of its error; nil: no
 // conflict).
-func claimCases() []struct {
+type claimCase struct {
 	name         string
 	pod          enroll.Pod
 	info         enroll.PodInfo
 	wantEnroll   bool
 	wantReason   string
 	wantConflict []string
-} {
+}
+
+func claimCases() []claimCase {
 	pod := func(mut func(*enroll.Pod)) enroll.Pod {
 		p := enroll.Pod{UID: "u", Name: "p", Namespace: "app", NetnsPath: "/x"}
 		if mut != nil {
@@ -230,14 +232,7 @@ func claimCases() []struct {
 		return p
 	}
 	none := map[string]string{DataplaneModeLabel: DataplaneModeNone}
-	return []struct {
-		name         string
-		pod          enroll.Pod
-		info         enroll.PodInfo
-		wantEnroll   bool
-		wantReason   string
-		wantConflict []string
-	}{
+	return []claimCase{
 		{"plain pod, unlabelled namespace", pod(nil), enroll.PodInfo{}, true, ReasonClaim, nil},
 		{"namespace labelled none", pod(nil), enroll.PodInfo{NamespaceLabels: none}, true, ReasonClaim, nil},
 		{"pod labelled ambient", pod(func(p *enroll.Pod) { p.Labels = map[string]string{DataplaneModeLabel: DataplaneModeAmbient} }),
