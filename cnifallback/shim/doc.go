@@ -1,4 +1,7 @@
-// Package shim will hold the CNI plugin logic of meshlet-cni: parse the
-// chained config, forward ADD/DEL/CHECK to the agent, pass prevResult
-// through unchanged.
+// Package shim is the logic of meshlet-cni, the chained CNI plugin of the
+// CNI fallback: it forwards ADD, DEL and CHECK to the meshlet agent over
+// its Unix socket (cnifallback/wire) and passes the previous plugin's
+// result through unchanged. It decides nothing about the mesh itself: the
+// agent's policy does. It imports only the wire protocol and the CNI
+// library, so the plugin binary stays small.
 package shim
