@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/zds/zdspb"
+	"github.com/meshlet/meshlet/internal/unixsock"
 )
 
 // DefaultSocketPath is where a stock ztunnel looks for the agent.
@@ -109,49 +108,13 @@ func (w *workload) retire() {
 // Listen creates the socket (removing a stale one) with cfg.SocketMode.
 // Call Serve to accept connections. A failed Listen removes the
 // directories it created for the socket, and only those.
-func Listen(cfg Config) (_ *Server, err error) {
+func Listen(cfg Config) (*Server, error) {
 	cfg.setDefaults()
-	undo, err := mkdirAll(filepath.Dir(cfg.SocketPath), 0o755)
+	ln, err := unixsock.ListenPacket(cfg.SocketPath, 0o755, cfg.SocketMode)
 	if err != nil {
-		return nil, fmt.Errorf("zds: create socket dir: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			undo()
-		}
-	}()
-	if err := removeStaleSocket(cfg.SocketPath); err != nil {
-		return nil, err
-	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: cfg.SocketPath, Net: "unixpacket"})
-	if err != nil {
-		return nil, fmt.Errorf("zds: listen on %s: %w", cfg.SocketPath, err)
-	}
-	ln.SetUnlinkOnClose(true)
-	if err := os.Chmod(cfg.SocketPath, cfg.SocketMode); err != nil {
-		_ = ln.Close()
-		return nil, fmt.Errorf("zds: chmod %s: %w", cfg.SocketPath, err)
+		return nil, fmt.Errorf("zds: %w", err)
 	}
 	return &Server{cfg: cfg, ln: ln, workloads: make(map[string]*workload)}, nil
-}
-
-// removeStaleSocket removes a leftover socket file; anything else at the
-// path is left alone and reported.
-func removeStaleSocket(path string) error {
-	fi, err := os.Lstat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("zds: stat %s: %w", path, err)
-	}
-	if fi.Mode().Type() != fs.ModeSocket {
-		return fmt.Errorf("zds: %s exists and is not a socket (%s); refusing to remove it", path, fi.Mode().Type())
-	}
-	if err := os.Remove(path); err != nil {
-		return fmt.Errorf("zds: remove stale socket %s: %w", path, err)
-	}
-	return nil
 }
 
 // Addr is the socket path.

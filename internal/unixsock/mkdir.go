@@ -1,4 +1,4 @@
-package zds
+package unixsock
 
 import (
 	"errors"

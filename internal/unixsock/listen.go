@@ -1,0 +1,60 @@
+// Package unixsock listens on the Unix SEQPACKET sockets meshlet serves
+// (ztunnel's ZDS socket, the CNI plugin's socket): directory created (and
+// removed again if listening fails), a stale socket replaced, anything
+// else at the path refused, the mode set, the file unlinked on close.
+package unixsock
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+)
+
+// ListenPacket listens on a SEQPACKET socket at path with the given mode;
+// missing parent directories are created with dirPerm.
+func ListenPacket(path string, dirPerm, mode fs.FileMode) (_ *net.UnixListener, err error) {
+	undo, err := mkdirAll(filepath.Dir(path), dirPerm)
+	if err != nil {
+		return nil, fmt.Errorf("create socket dir: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			undo()
+		}
+	}()
+	if err := removeStaleSocket(path); err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, mode); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("chmod %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// removeStaleSocket removes a leftover socket file; anything else at the
+// path is left alone and reported.
+func removeStaleSocket(path string) error {
+	fi, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stat %s: %w", path, err)
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%s exists and is not a socket (%s); refusing to remove it", path, fi.Mode().Type())
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove stale socket %s: %w", path, err)
+	}
+	return nil
+}
