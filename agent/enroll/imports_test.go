@@ -16,6 +16,7 @@ var forbiddenImports = []string{
 	"k8s.io/apimachinery",
 	"k8s.io/dynamic-resource-allocation",
 	"k8s.io/kubelet",
+	"k8s.io/cri-api",
 	"github.com/meshlet/meshlet/nriplugin",
 	"github.com/meshlet/meshlet/draplugin",
 	"github.com/meshlet/meshlet/cnifallback",

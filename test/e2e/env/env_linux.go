@@ -410,9 +410,14 @@ func (e *Env) StartContainer(podID string, p PodSpec, name string) (string, erro
 type PodInfo struct {
 	NetnsPath string
 	IP        string
+	// Pid is the sandbox's pause process (0 once stopped): its
+	// /proc/<pid>/ns/net is the pod's netns, whatever path the runtime
+	// reports.
+	Pid   int
+	State string // SANDBOX_READY or SANDBOX_NOTREADY
 }
 
-// InspectPod returns the sandbox's netns path and IP.
+// InspectPod returns the sandbox's netns path, IP, pause pid and state.
 func (e *Env) InspectPod(id string) (PodInfo, error) {
 	out, err := e.Crictl("inspectp", "-o", "json", id)
 	if err != nil {
@@ -420,11 +425,13 @@ func (e *Env) InspectPod(id string) (PodInfo, error) {
 	}
 	var v struct {
 		Status struct {
+			State   string `json:"state"`
 			Network struct {
 				IP string `json:"ip"`
 			} `json:"network"`
 		} `json:"status"`
 		Info struct {
+			Pid         int `json:"pid"`
 			RuntimeSpec struct {
 				Linux struct {
 					Namespaces []struct{ Type, Path string } `json:"namespaces"`
@@ -435,7 +442,7 @@ func (e *Env) InspectPod(id string) (PodInfo, error) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		return PodInfo{}, fmt.Errorf("parse inspectp: %w", err)
 	}
-	info := PodInfo{IP: v.Status.Network.IP}
+	info := PodInfo{IP: v.Status.Network.IP, Pid: v.Info.Pid, State: v.Status.State}
 	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
 		if ns.Type == "network" {
 			info.NetnsPath = ns.Path
