@@ -2,7 +2,7 @@
 // tiny chained CNI plugin (shim) that forwards ADD/DEL to the agent over a
 // Unix socket (wire, server) and an installer that keeps it chained in the
 // node's conflist (install). The plugin (shim, cmd/meshlet-cni), the
-// protocol (wire) and the agent's side (server) are built; the daemon does
-// not start the server yet and the installer is not built, so on a runtime
-// without NRI meshlet does not enroll pods yet.
+// protocol (wire), the agent's side (server) and the installer (install)
+// are built; the daemon starts neither the server nor the installer yet,
+// so on a runtime without NRI meshlet does not enroll pods yet.
 package cnifallback
