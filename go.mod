@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/containerd/nri v0.12.5
 	github.com/containernetworking/cni v1.3.0
+	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-logr/logr v1.4.3
 	github.com/google/nftables v0.3.0
 	github.com/prometheus/client_golang v1.25.0

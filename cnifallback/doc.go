@@ -1,10 +1,8 @@
-// Package cnifallback groups the CNI fallback for runtimes without NRI: a
-// tiny chained CNI plugin (shim) that forwards ADD/DEL to the agent over a
-// Unix socket (wire, server) and an installer that keeps it chained in the
-// node's conflist (install). The pods already running when meshlet starts
-// come from the runtime's CRI API (cri). The plugin (shim,
-// cmd/meshlet-cni), the protocol (wire), the agent's side (server) and the
-// CRI lister (cri) are built; the daemon does not start the server or use
-// the lister yet and the installer is not built, so on a runtime without
-// NRI meshlet does not enroll pods yet.
+// Package cnifallback is meshlet's CNI mode, for runtimes without NRI: a
+// tiny chained CNI plugin (shim, cmd/meshlet-cni) forwards each pod's ADD
+// and DEL over a Unix socket (wire) to the agent (server), which turns
+// them into the core's Enroll and Forget; the installer (install) keeps
+// the plugin last in the runtime's conflist and puts it back when the
+// primary CNI rewrites the file; the runtime's CRI API (cri) lists the
+// pods already running. Fallback ties them together in the daemon.
 package cnifallback
