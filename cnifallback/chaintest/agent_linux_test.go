@@ -52,15 +52,33 @@ func (netnsOpener) Open(path string) (enroll.Netns, error) {
 }
 
 // countingCore is the real core, counting what reaches it from the CNI
-// server: a refused request must not.
+// server (a refused request must not) and timing each Enroll (the
+// agent's share of meshlet-cni's cost).
 type countingCore struct {
 	*enroll.Core
 	enrolls, forgets atomic.Int64
+	mu               sync.Mutex
+	took             []time.Duration
 }
 
 func (c *countingCore) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error) {
 	c.enrolls.Add(1)
+	start := time.Now()
+	defer func() {
+		c.mu.Lock()
+		c.took = append(c.took, time.Since(start))
+		c.mu.Unlock()
+	}()
 	return c.Core.Enroll(ctx, pod)
+}
+
+// enrollTimes returns and forgets the Enroll durations so far.
+func (c *countingCore) enrollTimes() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.took
+	c.took = nil
+	return out
 }
 
 func (c *countingCore) Forget(ctx context.Context, uid string) error {
@@ -82,7 +100,7 @@ func startAgent(t testing.TB, n *node) *agent {
 	t.Helper()
 	ctx := agentContext(t)
 	// Sockets: a short directory (paths are limited to 108 bytes).
-	dir, err := os.MkdirTemp("", "mlcni")
+	dir, err := os.MkdirTemp("", "mlchain-agent")
 	if err != nil {
 		t.Fatal(err)
 	}

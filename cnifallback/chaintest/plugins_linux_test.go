@@ -80,7 +80,7 @@ func pluginDir(t testing.TB, v string) string {
 		return d
 	}
 	if built.root == "" {
-		root, err := os.MkdirTemp("", "mlchain")
+		root, err := os.MkdirTemp("", "mlchain-bin")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,8 @@ func pluginDir(t testing.TB, v string) string {
 	}
 	if built.plugin == "" {
 		bin := filepath.Join(built.root, "meshlet-cni")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/meshlet/meshlet/cmd/meshlet-cni")
+		// As it is shipped: static, stripped.
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", bin, "github.com/meshlet/meshlet/cmd/meshlet-cni")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("build meshlet-cni: %v\n%s", err, out)
