@@ -30,14 +30,17 @@ test: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
+	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && \
 	  $(GO) test $(TEST_FLAGS) ./...
 
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
 bench: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
-	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && { \
+	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
+	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && { \
 	  $(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ && \
+	  $(GO) test -run '^$$' -bench . -benchtime 100x -count 3 ./cnifallback/chaintest/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt

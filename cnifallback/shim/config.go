@@ -2,7 +2,6 @@ package shim
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -35,33 +34,40 @@ type Config struct {
 }
 
 // ParseConfig reads the plugin's configuration from stdin and its
-// previous result. Errors name the field.
+// previous result. Errors name the field; they are CNI errors with the
+// spec's codes (6: undecodable, 7: invalid configuration), so the runtime
+// reports a conflist to fix rather than an internal failure (skel's code
+// for any other error).
 func ParseConfig(stdin []byte) (*Config, error) {
 	conf := &Config{AgentSocket: DefaultAgentSocket}
 	if err := json.Unmarshal(stdin, conf); err != nil {
-		return nil, fmt.Errorf("meshlet-cni: configuration: %w", err)
+		return nil, types.NewError(types.ErrDecodingFailure, "meshlet-cni: configuration: "+err.Error(), "")
 	}
 	if conf.AgentSocket == "" || !filepath.IsAbs(conf.AgentSocket) {
-		return nil, fmt.Errorf("meshlet-cni: agentSocket %q: want an absolute path", conf.AgentSocket)
+		return nil, invalidConfig("meshlet-cni: agentSocket %q: want an absolute path", conf.AgentSocket)
 	}
 	conf.timeout = DefaultAgentTimeout
 	if conf.AgentTimeout != "" {
 		d, err := time.ParseDuration(conf.AgentTimeout)
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("meshlet-cni: agentTimeout %q: want a positive duration such as 5s", conf.AgentTimeout)
+			return nil, invalidConfig("meshlet-cni: agentTimeout %q: want a positive duration such as 5s", conf.AgentTimeout)
 		}
 		conf.timeout = d
 	}
 	for i, ns := range conf.ExcludeNamespaces {
 		if ns == "" {
-			return nil, fmt.Errorf("meshlet-cni: excludeNamespaces[%d] is empty", i)
+			return nil, invalidConfig("meshlet-cni: excludeNamespaces[%d] is empty", i)
 		}
 	}
 	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
-		return nil, fmt.Errorf("meshlet-cni: prevResult: %w", err)
+		return nil, types.NewError(types.ErrDecodingFailure, "meshlet-cni: prevResult: "+err.Error(), "")
 	}
 	return conf, nil
 }
 
+func invalidConfig(format string, args ...any) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(format, args...), "")
+}
+
 // errNoPrevResult: a chained plugin runs after an interface plugin.
-var errNoPrevResult = errors.New("meshlet-cni: no prevResult: it must come after the pod network's plugin in a conflist")
+var errNoPrevResult = types.NewError(types.ErrInvalidNetworkConfig, "meshlet-cni: no prevResult: it must come after the pod network's plugin in a conflist", "")

@@ -250,20 +250,31 @@ func TestDelCheckStatusGC(t *testing.T) {
 	}
 }
 
-// TestConfigRefused: a bad conflist entry is refused with the field named.
+// TestConfigRefused: a bad conflist entry is refused with the field named
+// and the spec's code: 7 for an invalid configuration, 6 for one that
+// cannot be decoded (not skel's 999, an internal failure).
 func TestConfigRefused(t *testing.T) {
-	for extra, want := range map[string]string{
-		`"agentSocket":"run/cni.sock"`: "agentSocket",
-		`"agentTimeout":"soon"`:        "agentTimeout",
-		`"agentTimeout":"-1s"`:         "agentTimeout",
-		`"excludeNamespaces":[""]`:     "excludeNamespaces[0]",
-		`"prevResult":{"ips":"nope"}`:  "prevResult",
-		`"agentSocket":5`:              "configuration",
+	for extra, want := range map[string]struct {
+		field string
+		code  uint
+	}{
+		`"agentSocket":"run/cni.sock"`: {"agentSocket", types.ErrInvalidNetworkConfig},
+		`"agentTimeout":"soon"`:        {"agentTimeout", types.ErrInvalidNetworkConfig},
+		`"agentTimeout":"-1s"`:         {"agentTimeout", types.ErrInvalidNetworkConfig},
+		`"excludeNamespaces":[""]`:     {"excludeNamespaces[0]", types.ErrInvalidNetworkConfig},
+		`"prevResult":{"ips":"nope"}`:  {"prevResult", types.ErrDecodingFailure},
+		`"agentSocket":5`:              {"configuration", types.ErrDecodingFailure},
 	} {
 		_, err := ParseConfig([]byte(`{"cniVersion":"1.1.0","name":"pods","type":"meshlet-cni",` + extra + `}`))
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want an error naming %s", extra, err, want)
+		var te *types.Error
+		if !errors.As(err, &te) || te.Code != want.code || !strings.Contains(err.Error(), want.field) {
+			t.Errorf("%s: %v, want CNI error %d naming %s", extra, err, want.code, want.field)
 		}
+	}
+	var out bytes.Buffer
+	var te *types.Error
+	if err := Add(cmdArgs(stdin(t, "1.1.0", "/run/m.sock", nil, nil)), &out); !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig {
+		t.Errorf("ADD without a prevResult: %v, want CNI error %d: the conflist is wrong", err, types.ErrInvalidNetworkConfig)
 	}
 	conf, err := ParseConfig([]byte(`{"cniVersion":"1.1.0","name":"pods","type":"meshlet-cni"}`))
 	if err != nil || conf.AgentSocket != DefaultAgentSocket || conf.timeout != DefaultAgentTimeout {

@@ -42,6 +42,19 @@ func RequireEnv(t testing.TB, name, why string) string {
 	return ""
 }
 
+// RequireFile fails (CI=true) or skips (elsewhere) unless path exists:
+// something a system package installs (why names it).
+func RequireFile(t testing.TB, path, why string) {
+	t.Helper()
+	if _, err := os.Stat(path); err == nil {
+		return
+	} else if inCI() {
+		t.Fatalf("%s: %v (%s)", path, err, why)
+	} else {
+		t.Skipf("SKIPPING: %s: %v (%s)", path, err, why)
+	}
+}
+
 // Shared is an environment a package's TestMain sets up once for all its
 // tests (a control plane, a containerd). Tests reach it only through Get,
 // so none can run without it: where a prerequisite is missing, TestMain

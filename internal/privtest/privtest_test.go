@@ -76,3 +76,31 @@ func TestSharedNeverSetUpFails(t *testing.T) {
 		t.Fatalf("Get on an environment never set up: skipped %q, failed %q; want a failure", r.skipped, r.failed)
 	}
 }
+
+// requireFile calls RequireFile as a test would (on a goroutine of its own:
+// skipping and failing end it).
+func requireFile(path string) *recorder {
+	r := &recorder{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		RequireFile(r, path, "the X package")
+	}()
+	<-done
+	return r
+}
+
+func TestRequireFile(t *testing.T) {
+	if r := requireFile(t.TempDir()); r.skipped != "" || r.failed != "" {
+		t.Fatalf("an existing path: skipped %q, failed %q", r.skipped, r.failed)
+	}
+	t.Setenv("CI", "")
+	missing := t.TempDir() + "/absent"
+	if r := requireFile(missing); r.failed != "" || !strings.Contains(r.skipped, missing) || !strings.Contains(r.skipped, "the X package") {
+		t.Fatalf("a missing path outside CI: skipped %q, failed %q; want a skip naming it and why", r.skipped, r.failed)
+	}
+	t.Setenv("CI", "true")
+	if r := requireFile(missing); r.skipped != "" || !strings.Contains(r.failed, missing) {
+		t.Fatalf("a missing path with CI=true: skipped %q, failed %q; want a failure naming it", r.skipped, r.failed)
+	}
+}
