@@ -11,7 +11,7 @@ BIN           := bin
 TEST_FLAGS    ?= -race -count=1
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build test bench lint generate verify-generated deps demo demo-dra clean
+.PHONY: all build test bench lint generate verify-generated deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -78,6 +78,14 @@ demo-dra: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
 	  $(GO) run ./test/e2e/demo-dra
+
+## demo-cni: CNI mode: containerd with NRI disabled and a real API server;
+## meshlet (--mode auto) chains meshlet-cni, enrolls a mesh pod, re-asserts a
+## rewritten conflist, and a mesh pod is refused while meshlet is away
+demo-cni: deps
+	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
+	  $(GO) run ./test/e2e/demo-cni
 
 clean:
 	rm -rf $(BIN) bench.txt

@@ -17,6 +17,9 @@ import (
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/cnifallback"
+	"github.com/meshlet/meshlet/cnifallback/cri"
+	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/flagenum"
 	"github.com/meshlet/meshlet/nriplugin"
@@ -30,10 +33,14 @@ const EnvPrefix = "MESHLET_"
 type Mode string
 
 const (
-	// ModeAuto picks the best source the node offers (today: NRI).
+	// ModeAuto uses NRI when the runtime's NRI socket answers, and CNI
+	// when the runtime answers on its CRI socket but not on NRI.
 	ModeAuto Mode = "auto"
 	// ModeNRI uses the runtime's NRI plugin interface.
 	ModeNRI Mode = "nri"
+	// ModeCNI chains meshlet-cni into the runtime's CNI configuration, for
+	// runtimes without NRI.
+	ModeCNI Mode = "cni"
 )
 
 // Config is the daemon's whole configuration.
@@ -66,6 +73,12 @@ type Config struct {
 	PodDefaults enroll.Settings
 	// DRA is the kubelet plugin (off in standalone mode: no API server).
 	DRA draplugin.Config
+	// CNI is the CNI fallback (CNI mode).
+	CNI cnifallback.Config
+	// PodName and PodNamespace are meshlet's own pod (DaemonSet: downward
+	// API). In CNI mode they tell an uninstall (the DaemonSet deleted)
+	// from an update, which keeps meshlet-cni in the chain.
+	PodName, PodNamespace string
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
@@ -73,14 +86,14 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
 		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults(),
-		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig()}
+		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig(), CNI: cnifallback.DefaultConfig()}
 }
 
 // AddFlags registers every setting on fs.
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
-	fs.Var(flagenum.New(&c.Mode, "mode", ModeAuto, ModeNRI), "mode", "pod source: auto or nri (cni comes with the CNI fallback)")
+	fs.Var(flagenum.New(&c.Mode, "mode", ModeAuto, ModeNRI, ModeCNI), "mode", "how pods reach meshlet: nri (the runtime's NRI hooks), cni (the chained meshlet-cni plugin, for runtimes without NRI) or auto (nri when the NRI socket answers, else cni once the runtime answers on CRI)")
 	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
 	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
 	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
@@ -102,6 +115,14 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DRA.KubeletRootDir, "kubelet-root-dir", c.DRA.KubeletRootDir, "the kubelet's --root-dir: the DRA plugin registers in its plugins_registry/ and serves from plugins/<driver>/")
 	fs.IntVar(&c.DRA.Slots, "dra-slots", c.DRA.Slots, "publish this many plain mesh devices instead of one shared device, for clusters without the DRAConsumableCapacity feature (at most that many mesh pods per node; 0: one shared device)")
 	fs.StringVar(&c.DRA.PodUID, "pod-uid", c.DRA.PodUID, "meshlet's own pod UID (DaemonSet: downward API metadata.uid); enables the DRA plugin's rolling-update registration")
+	fs.StringVar(&c.CNI.ConfDir, "cni-conf-dir", c.CNI.ConfDir, "CNI mode: the runtime's CNI configuration directory; meshlet-cni is chained into its primary conflist")
+	fs.StringVar(&c.CNI.BinDir, "cni-bin-dir", c.CNI.BinDir, "CNI mode: the runtime's CNI plugin directory; meshlet-cni is copied there")
+	fs.StringVar(&c.CNI.Socket, "cni-socket", c.CNI.Socket, "CNI mode: the Unix socket meshlet-cni calls (written into its conflist entry as agentSocket)")
+	fs.BoolVar(&c.CNI.OwnConflist, "cni-own-conflist", c.CNI.OwnConflist, "CNI mode: write "+install.OwnConflistName+" (a copy of the primary conflist with meshlet-cni appended) instead of editing the primary")
+	fs.StringVar(&c.CNI.PluginBinary, "cni-plugin-binary", c.CNI.PluginBinary, "CNI mode: the meshlet-cni binary to install (default: meshlet-cni next to the meshlet executable)")
+	fs.StringVar(&c.CNI.CRISocket, "cri-socket", c.CNI.CRISocket, "the runtime's CRI socket, for CNI mode's list of running pods and --mode auto (default: the first of "+strings.Join(cri.DefaultEndpoints, ", ")+" that answers)")
+	fs.StringVar(&c.PodName, "pod-name", c.PodName, "meshlet's own pod name (DaemonSet: downward API metadata.name); in CNI mode a stop removes meshlet-cni only when this pod's DaemonSet is deleted")
+	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "meshlet's own pod namespace (DaemonSet: downward API metadata.namespace)")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
 }
 
@@ -119,7 +140,7 @@ func (c *Config) Validate() error {
 	if c.NRI.SocketPath == "" {
 		return errors.New("--nri-socket must not be empty")
 	}
-	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}} {
+	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}, {"--cni-socket", c.CNI.Socket}} {
 		if len(s.path) > maxSocketPath {
 			return fmt.Errorf("%s=%q is %d bytes, longer than the %d a Unix socket path may have (sun_path is %d bytes, NUL included)",
 				s.flag, s.path, len(s.path), maxSocketPath, maxSocketPath+1)
@@ -130,6 +151,15 @@ func (c *Config) Validate() error {
 	}
 	if c.NRI.EnrollTimeout <= 0 || c.NRI.EnrollTimeout >= 2*time.Second {
 		return fmt.Errorf("--enroll-timeout=%v: want more than 0 and less than the runtime's 2s NRI request timeout (a timed-out hook drops the plugin and the pod starts unmeshed)", c.NRI.EnrollTimeout)
+	}
+	if err := c.CNI.Validate(); err != nil {
+		return err
+	}
+	if c.Mode == ModeCNI && c.Standalone {
+		return errors.New("--mode=cni needs the API server (CNI passes no pod labels to select pods by): drop --standalone")
+	}
+	if (c.PodName == "") != (c.PodNamespace == "") {
+		return fmt.Errorf("--pod-name=%q and --pod-namespace=%q: set both or neither", c.PodName, c.PodNamespace)
 	}
 	if !c.Standalone && c.NodeName == "" {
 		return errors.New("--node-name is required (meshlet watches this node's pods); or run with --standalone")

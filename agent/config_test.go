@@ -85,6 +85,12 @@ func TestValidateNamesFlag(t *testing.T) {
 		{"--enroll-timeout=2s", "--enroll-timeout"},
 		{"--enroll-timeout=0s", "--enroll-timeout"},
 		{"--health-addr=9880", "--health-addr"},
+		{"--cni-conf-dir=etc/cni/net.d", "--cni-conf-dir"},
+		{"--cni-bin-dir=", "--cni-bin-dir"},
+		{"--cni-socket=cni.sock", "--cni-socket"},
+		{"--cni-plugin-binary=meshlet-cni", "--cni-plugin-binary"},
+		{"--mode=cni", "--standalone"}, // CNI passes no labels: the API server is needed
+		{"--pod-name=meshlet-x", "--pod-namespace"},
 	} {
 		cfg, err := parse(t, []string{"--standalone", c.arg}, nil)
 		if err != nil {
@@ -98,7 +104,7 @@ func TestValidateNamesFlag(t *testing.T) {
 
 func TestEnumFlagsRejectUnknownValues(t *testing.T) {
 	for arg, want := range map[string]string{
-		"--mode=cni":              `unknown mode "cni" (want auto or nri)`,
+		"--mode=ebpf":             `unknown mode "ebpf" (want auto, nri or cni)`,
 		"--redirect-backend=ebpf": `unknown redirect backend "ebpf" (want nftables or iptables)`,
 		"--iptables-variant=new":  `unknown iptables variant "new" (want auto, nft or legacy)`,
 	} {
@@ -148,7 +154,7 @@ func TestSocketPathLengthIsChecked(t *testing.T) {
 	dir := "/" + strings.Repeat("d", 50) + "/"
 	fits := dir + strings.Repeat("s", maxSocketPath-len(dir))
 	tooLong := fits + "s"
-	for _, flagName := range []string{"--ztunnel-socket", "--nri-socket"} {
+	for _, flagName := range []string{"--ztunnel-socket", "--nri-socket", "--cni-socket"} {
 		cfg, err := parse(t, []string{"--standalone", "--state-dir=" + t.TempDir(), flagName + "=" + fits}, nil)
 		if err != nil {
 			t.Fatal(err)

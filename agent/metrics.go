@@ -19,6 +19,8 @@ type metrics struct {
 	enrollFailures   *prometheus.CounterVec
 	lateEnrollments  prometheus.Counter
 	runtimeConnected prometheus.Gauge
+	mode             *prometheus.GaugeVec
+	cniReasserts     prometheus.Counter
 }
 
 var _ nriplugin.Metrics = (*metrics)(nil)
@@ -28,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 		events: events,
 		enrollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "meshlet_enroll_duration_seconds",
-			Help: "Time to enroll a pod inside a runtime hook: in-pod rules, ztunnel Add and Ack.",
+			Help: "Time to enroll a pod inside a runtime hook (NRI RunPodSandbox or a meshlet-cni ADD): in-pod rules, ztunnel Add and Ack.",
 			// 250µs … 2s: the hook's budget is 1.5s.
 			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 14),
 		}),
@@ -38,14 +40,22 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 		}, []string{"step"}),
 		lateEnrollments: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshlet_late_enrollments_total",
-			Help: "Pods enrolled when meshlet (re)connected to the runtime: they started while it was away.",
+			Help: "Pods enrolled after they started: they started while meshlet was away (or, in CNI mode, out of the CNI chain).",
 		}),
 		runtimeConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshlet_runtime_connected",
-			Help: "1 while the NRI connection to the container runtime is up and synchronized.",
+			Help: "1 while new pods reach meshlet: the NRI connection is up and synchronized, or (CNI mode) meshlet-cni is chained and served.",
+		}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meshlet_mode",
+			Help: "1 for the way pods reach meshlet on this node: nri or cni.",
+		}, []string{"mode"}),
+		cniReasserts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_cni_reasserts_total",
+			Help: "CNI mode: times meshlet-cni was put back into the CNI chain after something rewrote the conflist.",
 		}),
 	}
-	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.runtimeConnected,
+	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.runtimeConnected, m.mode, m.cniReasserts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_enrolled_pods",
 			Help: "Pods currently enrolled in the mesh on this node.",

@@ -15,13 +15,14 @@ import (
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // Run runs the daemon until ctx ends or a component fails. Shutdown is
-// ordered: the NRI plugin goes first (no new pods), then the DRA kubelet
+// ordered: the pod source (NRI plugin, or CNI mode's server) goes first (no new pods), then the DRA kubelet
 // plugin (its device tainted first), then the API watchers, then the
 // checkpoint writer (a last write), then the ZDS server, then the HTTP
 // endpoints, and last the node lock. Enrolled pods keep their rules: an agent restart or
@@ -97,13 +98,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	release, err := acquireNodeLock(root, cfg.StateDir)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // asked to stop while waiting
-		}
-		if root.Err() != nil {
-			return context.Cause(root)
-		}
-		return err
+		return stopped(ctx, root, err)
 	}
 	// The DRA plugin stops (its device tainted) before the lock goes, so a
 	// successor never publishes the node's slice alongside it.
@@ -134,17 +129,24 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		m = newMetrics(reg, core, server.Connections, nil, nil)
 	}
-	nriCfg := cfg.NRI
-	nriCfg.AfterSynchronize = func(ctx context.Context) {
-		// The runtime listed every running pod: node-side state of pods
-		// removed while meshlet was away can go.
-		if err := redir.RetainNodeState(core.EnrolledIPs()); err != nil {
-			logger.Error(err, "Cleaning node-side state of pods removed while meshlet was away")
-		}
-	}
-	plugin := nriplugin.New(nriCfg, core, m)
+	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.mode.WithLabelValues(string(mode)).Set(1) },
+		build: func(mode Mode) (podSource, *install.Installer, error) {
+			if mode == ModeCNI {
+				fb, inst, err := newCNIMode(cfg, core, m, redir)
+				return fb, inst, err
+			}
+			nriCfg := cfg.NRI
+			nriCfg.AfterSynchronize = func(ctx context.Context) {
+				// The runtime listed every running pod: node-side state of
+				// pods removed while meshlet was away can go.
+				if err := redir.RetainNodeState(core.EnrolledIPs()); err != nil {
+					logger.Error(err, "Cleaning node-side state of pods removed while meshlet was away")
+				}
+			}
+			return nriplugin.New(nriCfg, core, m), nil, nil
+		}}
 	if driver != nil {
-		driver.Lead(draplugin.Node{State: nodeState(plugin.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
+		driver.Lead(draplugin.Node{State: nodeState(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
 			Prepared: func(pods []string) {
 				// A claim for a pod that already runs (prepared again after
 				// a restart, or late) converges it.
@@ -164,10 +166,8 @@ func Run(ctx context.Context, cfg Config) error {
 			return errors.New("ZDS socket not serving")
 		case api != nil && !api.watcher.Synced():
 			return errors.New("pod and namespace informers not synced with the API server")
-		case !plugin.Connected():
-			return errors.New("not connected to the container runtime (NRI)")
 		}
-		return nil
+		return source.notReady()
 	}
 	var servers []*httpServer
 	defer func() {
@@ -209,14 +209,17 @@ func Run(ctx context.Context, cfg Config) error {
 		runCheckpointer(ctx, cfg.StateDir, core)
 		return nil
 	})
-	stopNRI := start("NRI plugin", plugin.Run)
+	stopSource := start("pod source", source.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "version", version.String())
 
 	<-root.Done()
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
-	stopNRI()
+	stopSource()
+	if inst := source.installer(); inst != nil {
+		uninstallCNIOnStop(cfg, api, inst, logger)
+	}
 	stopDRA()
 	stopAPI()
 	stopCheckpoint() // writes the final state
@@ -225,4 +228,16 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil // asked to stop: a clean shutdown
 	}
 	return cause
+}
+
+// stopped is Run's result when start-up waited and was interrupted: nil
+// when asked to stop, a component's failure, or err.
+func stopped(ctx, root context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	if root.Err() != nil {
+		return context.Cause(root)
+	}
+	return err
 }

@@ -21,6 +21,7 @@ type Core interface {
 	Forget(ctx context.Context, uid string) error
 	Reconcile(ctx context.Context, pods []enroll.Pod) error
 	Status(uid string) (enroll.PodStatus, bool)
+	Checkpointed(uid string) bool
 }
 
 var _ Core = (*enroll.Core)(nil)
@@ -145,8 +146,10 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 		if len(bad) > 0 {
 			logger.Info("Ignoring unparsable pod IPs", "pod", klog.KRef(pod.Namespace, pod.Name), "ips", bad)
 		}
+		// Enrolled by this meshlet, or by the previous one (adopted now):
+		// either way it did not start unmeshed.
 		st, ok := p.core.Status(pod.UID)
-		known[pod.UID] = ok && st.State == enroll.StateEnrolled
+		known[pod.UID] = ok && st.State == enroll.StateEnrolled || p.core.Checkpointed(pod.UID)
 		pods = append(pods, pod)
 	}
 	err := p.core.Reconcile(ctx, pods)

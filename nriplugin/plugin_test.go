@@ -17,12 +17,13 @@ import (
 // fakeCore records calls; the real core is tested in agent/enroll and, with
 // this plugin against a real containerd, in test/e2e.
 type fakeCore struct {
-	mu        sync.Mutex
-	enrollErr error
-	status    map[string]enroll.PodStatus
-	enrolled  []enroll.Pod
-	deadline  time.Duration
-	released  []string
+	mu           sync.Mutex
+	enrollErr    error
+	status       map[string]enroll.PodStatus
+	checkpointed map[string]bool
+	enrolled     []enroll.Pod
+	deadline     time.Duration
+	released     []string
 }
 
 func (f *fakeCore) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error) {
@@ -51,6 +52,12 @@ func (f *fakeCore) Reconcile(ctx context.Context, pods []enroll.Pod) error {
 	}
 	return nil
 }
+func (f *fakeCore) Checkpointed(uid string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checkpointed[uid]
+}
+
 func (f *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -159,8 +166,10 @@ func TestSynchronizeCountsLateEnrollments(t *testing.T) {
 	after := 0
 	p.cfg.AfterSynchronize = func(context.Context) { after++ }
 	core.status["known"] = enroll.PodStatus{UID: "known", State: enroll.StateEnrolled}
+	// Enrolled by the previous meshlet: adopted, not late.
+	core.checkpointed = map[string]bool{"adopted": true}
 	_, err := p.Synchronize(context.Background(), []*api.PodSandbox{
-		sandbox("known", "/netns/k", "10.0.0.1"), sandbox("late", "/netns/l", "10.0.0.2"),
+		sandbox("known", "/netns/k", "10.0.0.1"), sandbox("late", "/netns/l", "10.0.0.2"), sandbox("adopted", "/netns/a", "10.0.0.3"),
 	}, nil)
 	if err != nil {
 		t.Fatal(err)

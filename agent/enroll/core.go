@@ -296,6 +296,17 @@ func (c *Core) Record(uid string) (Record, bool) {
 	return Record{}, false
 }
 
+// Checkpointed reports whether a previous agent's checkpoint holds a
+// record of the pod that no pod has claimed yet: a running pod it names
+// was enrolled before this agent started, so enrolling it now is an
+// adoption, not a late enrollment.
+func (c *Core) Checkpointed(uid string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	_, ok := c.checkpointed[uid]
+	return ok
+}
+
 // Generation moves whenever what a checkpoint should hold changed: a record
 // was added, replaced or removed, or the first Reconcile dropped the
 // checkpointed records of pods that are gone. It starts at 0.

@@ -93,8 +93,19 @@ func TestCheckpointedPodIsAdopted(t *testing.T) {
 		p.IPs = ip
 		pods = append(pods, p)
 	}
+	for uid, want := range map[string]bool{"same": true, "gone": true, "never": false} {
+		if got := h.core.Checkpointed(uid); got != want {
+			t.Errorf("before Reconcile: Checkpointed(%s) = %v, want %v", uid, got, want)
+		}
+	}
 	if err := h.core.Reconcile(ctx, pods); err != nil {
 		t.Fatal(err)
+	}
+	// Claimed by their pods, or dropped (gone): no record is left over.
+	for _, uid := range []string{"same", "newns", "gone"} {
+		if h.core.Checkpointed(uid) {
+			t.Errorf("after Reconcile: Checkpointed(%s) = true, want false", uid)
+		}
 	}
 	got := h.rec.take()
 	slices.Sort(got)

@@ -19,16 +19,34 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Environ(), os.Stderr)) }
 
-// run is the daemon; it returns the exit status: 2 for a setting that
-// cannot work, before anything starts.
+// commands run once instead of the daemon, with the daemon's flags.
+var commands = map[string]func(context.Context, agent.Config) error{
+	"install-cni":   agent.InstallCNI,
+	"uninstall-cni": agent.UninstallCNI,
+}
+
+// run is the daemon, or one of commands; it returns the exit status: 2 for
+// a setting that cannot work, before anything starts.
 func run(args, environ []string, stderr io.Writer) int {
 	defer klog.Flush()
+	var command string
+	if len(args) > 0 && commands[args[0]] != nil {
+		command, args = args[0], args[1:]
+	}
 	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
+
 	fs.SetOutput(stderr)
 	addLogFlags(fs)
 	cfg := agent.DefaultConfig()
 	cfg.AddFlags(fs)
 	agent.DescribeEnv(fs)
+	flagsUsage := fs.Usage
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "meshlet [install-cni | uninstall-cni] [flags]\n"+
+			"Without a command, meshlet runs the node agent. install-cni chains meshlet-cni into the\n"+
+			"runtime's CNI configuration once; uninstall-cni removes what it added (both read the --cni-* flags).\n\n")
+		flagsUsage()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -45,14 +63,21 @@ func run(args, environ []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "meshlet: %v\n", err)
 		return 2
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background())
+	if command != "" {
+		if err := commands[command](ctx, cfg); err != nil {
+			fmt.Fprintf(stderr, "meshlet %s: %v\n", command, err)
+			return 1
+		}
+		return 0
+	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "meshlet: %v\n", err)
 		return 2
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	ctx = klog.NewContext(ctx, klog.Background())
 	if err := agent.Run(ctx, cfg); err != nil {
 		klog.Background().Error(err, "meshlet failed")
 		return 1

@@ -40,19 +40,20 @@ type Config struct {
 	// AgentSocket is the agent's socket, the entry's agentSocket
 	// (--cni-socket).
 	AgentSocket string
-	// AgentTimeout, when > 0, is the entry's agentTimeout
-	// (--cni-agent-timeout); otherwise the plugin's default applies.
+	// AgentTimeout, when > 0, is the entry's agentTimeout; otherwise the
+	// plugin's default applies.
 	AgentTimeout time.Duration
 	// ExcludeNamespaces, when not empty, is the entry's excludeNamespaces,
-	// sorted and deduplicated (--cni-exclude-namespaces).
+	// sorted and deduplicated (the daemon's --excluded-namespaces and
+	// ztunnel's namespace).
 	ExcludeNamespaces []string
 	// OwnConflist writes OwnConflistName, a copy of the primary conflist
 	// with meshlet chained, instead of editing the primary's file
 	// (--cni-own-conflist). For a primary CNI that owns its file outright.
 	OwnConflist bool
 	// ResyncInterval is how often Run checks without an event, for events
-	// lost to an fsnotify overflow or a watch that could not be set
-	// (--cni-resync-interval). 0: DefaultResyncInterval.
+	// lost to an fsnotify overflow or a watch that could not be set.
+	// 0: DefaultResyncInterval.
 	ResyncInterval time.Duration
 	// OnReassert, if set, is called by Run after each pass that had to
 	// write (the conflist or the binary) with what triggered the pass
@@ -78,14 +79,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--cni-plugin-binary %q: want an absolute path (or empty: do not copy)", c.PluginBinary)
 	}
 	if c.AgentTimeout < 0 {
-		return fmt.Errorf("--cni-agent-timeout %v: want a positive duration (or 0: the plugin's default)", c.AgentTimeout)
+		return fmt.Errorf("agent timeout %v: want a positive duration (or 0: the plugin's default)", c.AgentTimeout)
 	}
 	if c.ResyncInterval < 0 {
-		return fmt.Errorf("--cni-resync-interval %v: want a positive duration (or 0: %v)", c.ResyncInterval, DefaultResyncInterval)
+		return fmt.Errorf("resync interval %v: want a positive duration (or 0: %v)", c.ResyncInterval, DefaultResyncInterval)
 	}
 	for _, ns := range c.ExcludeNamespaces {
 		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return fmt.Errorf("--cni-exclude-namespaces: %q is not a namespace name: %s", ns, strings.Join(errs, "; "))
+			return fmt.Errorf("excluded namespace %q (--excluded-namespaces) is not a namespace name: %s", ns, strings.Join(errs, "; "))
 		}
 	}
 	return nil

@@ -34,10 +34,10 @@ func TestValidate(t *testing.T) {
 		{"--cni-socket", func(c *Config) { c.AgentSocket = "" }},
 		{"--cni-socket", func(c *Config) { c.AgentSocket = "cni.sock" }},
 		{"--cni-plugin-binary", func(c *Config) { c.PluginBinary = "./meshlet-cni" }},
-		{"--cni-agent-timeout", func(c *Config) { c.AgentTimeout = -time.Second }},
-		{"--cni-resync-interval", func(c *Config) { c.ResyncInterval = -time.Second }},
-		{"--cni-exclude-namespaces", func(c *Config) { c.ExcludeNamespaces = []string{"kube-system", ""} }},
-		{"--cni-exclude-namespaces", func(c *Config) { c.ExcludeNamespaces = []string{"Kube_System"} }},
+		{"agent timeout", func(c *Config) { c.AgentTimeout = -time.Second }},
+		{"resync interval", func(c *Config) { c.ResyncInterval = -time.Second }},
+		{"--excluded-namespaces", func(c *Config) { c.ExcludeNamespaces = []string{"kube-system", ""} }},
+		{"--excluded-namespaces", func(c *Config) { c.ExcludeNamespaces = []string{"Kube_System"} }},
 	} {
 		c := good
 		tc.edit(&c)

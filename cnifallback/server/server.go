@@ -36,6 +36,9 @@ type Config struct {
 	// Timeout bounds one request, reading it included. Keep it below the
 	// plugin's agentTimeout, so the plugin gets the agent's answer.
 	Timeout time.Duration
+	// Observe, if set, sees every ADD that changed or failed an
+	// enrollment, with its duration (the NRI hook reports the same).
+	Observe func(pod enroll.PodRef, d time.Duration, err error)
 }
 
 // Server serves meshlet-cni.
@@ -138,7 +141,11 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) *wire.Response {
 		return &wire.Response{Outcome: wire.OutcomeEnrolled, Reason: "released"}
 	default: // ADD, CHECK: Enroll is idempotent, so a CHECK is the same call
 		pod := enroll.Pod{UID: req.Pod.UID, Name: req.Pod.Name, Namespace: req.Pod.Namespace, NetnsPath: req.Netns, IPs: req.IPs}
+		start := time.Now()
 		res, err := s.core.Enroll(ctx, pod)
+		if s.cfg.Observe != nil && (err != nil || res.Enrolled && res.Changed) {
+			s.cfg.Observe(enroll.PodRef{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}, time.Since(start), err)
+		}
 		if err != nil {
 			reason := string(enroll.FailedStep(err))
 			if reason == "" {

@@ -20,6 +20,7 @@ var ambient = map[string]string{"istio.io/dataplane-mode": "ambient"}
 // mesh is one meshlet daemon plus a ztunnel stand-in.
 type mesh struct {
 	t       testing.TB
+	env     *env.Env
 	socket  string
 	meshlet *env.Meshlet
 	zt      *zdstest.Ztunnel
@@ -28,10 +29,16 @@ type mesh struct {
 
 func startMesh(t testing.TB, flags ...string) *mesh {
 	t.Helper()
+	return startMeshIn(t, theEnv(t), flags...)
+}
+
+// startMeshIn starts a mesh in an environment of the test's own.
+func startMeshIn(t testing.TB, e *env.Env, flags ...string) *mesh {
+	t.Helper()
 	if len(flags) == 0 {
 		flags = []string{"--standalone"}
 	}
-	m := &mesh{t: t, socket: filepath.Join(t.TempDir(), "zt.sock"), flags: flags}
+	m := &mesh{t: t, env: e, socket: filepath.Join(t.TempDir(), "zt.sock"), flags: flags}
 	m.startMeshlet()
 	m.connectZtunnel()
 	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
@@ -52,7 +59,7 @@ func startMesh(t testing.TB, flags ...string) *mesh {
 
 func (m *mesh) startMeshlet() {
 	m.t.Helper()
-	ml, err := theEnv(m.t).StartMeshlet(m.socket, m.flags...)
+	ml, err := m.env.StartMeshlet(m.socket, m.flags...)
 	if err != nil {
 		m.t.Fatal(err)
 	}

@@ -34,6 +34,9 @@ type Options struct {
 	// RequiredPlugins, if set, configures containerd's NRI default
 	// validator to refuse containers while these plugins are absent.
 	RequiredPlugins []string
+	// DisableNRI starts containerd without NRI, as on a node where the
+	// CNI fallback must enroll pods.
+	DisableNRI bool
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -50,6 +53,9 @@ type Env struct {
 }
 
 func (e *Env) path(p ...string) string { return filepath.Join(append([]string{e.opts.Dir}, p...)...) }
+
+// envSeq tells apart the environments of one test binary.
+var envSeq int
 
 // Start builds the binaries the tests need, creates the network namespace,
 // writes the configuration, starts containerd and imports the image.
@@ -70,7 +76,8 @@ func Start(opts Options) (_ *Env, err error) {
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		return nil, fmt.Errorf("e2e needs the CNI plugins in /usr/lib/cni (Debian containernetworking-plugins): %w", err)
 	}
-	e := &Env{opts: opts, Netns: fmt.Sprintf("meshlet-e2e-%d", os.Getpid())}
+	envSeq++
+	e := &Env{opts: opts, Netns: fmt.Sprintf("meshlet-e2e-%d-%d", os.Getpid(), envSeq)}
 	e.CRISocket = e.path("containerd.sock")
 	e.NRISocket = e.path("nri.sock")
 	defer func() {
@@ -78,7 +85,7 @@ func Start(opts Options) (_ *Env, err error) {
 			_ = e.Stop()
 		}
 	}()
-	for _, d := range []string{"bin", "cni/net.d", "cni/data", "logs"} {
+	for _, d := range []string{"bin", "cni/net.d", "cni/bin", "cni/data", "logs"} {
 		if err := os.MkdirAll(e.path(d), 0o755); err != nil {
 			return nil, err
 		}
@@ -115,7 +122,8 @@ func (e *Env) build() error {
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	e.Meshlet = e.path("bin", "meshlet")
-	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "pause"): "./test/e2e/pause"} {
+	// meshlet-cni next to meshlet, where the daemon's CNI mode takes it from.
+	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "meshlet-cni"): "./cmd/meshlet-cni", e.path("bin", "pause"): "./test/e2e/pause"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -156,7 +164,7 @@ state = %[2]q
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = ['/usr/lib/cni']
+    bin_dirs = [%[12]q, '/usr/lib/cni']
     conf_dir = %[6]q
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = 'runc'
@@ -172,12 +180,12 @@ state = %[2]q
     sandbox = %[9]q
 
 [plugins.'io.containerd.nri.v1.nri']
-  disable = false
+  disable = %[13]t
   socket_path = %[10]q
   plugin_request_timeout = '2s'
   plugin_registration_timeout = '5s'
 %[11]s`, e.path("root"), e.path("state"), e.CRISocket, e.path("ttrpc.sock"), e.path("s"),
-		e.path("cni/net.d"), mustLook("runc"), e.path("runc"), Image, e.NRISocket, validator)
+		e.path("cni/net.d"), mustLook("runc"), e.path("runc"), Image, e.NRISocket, validator, e.CNIBinDir(), e.opts.DisableNRI)
 	if err := os.WriteFile(e.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -192,8 +200,18 @@ state = %[2]q
   ]
 }
 `, Subnet, e.path("cni/data"))
-	return os.WriteFile(e.path("cni/net.d/10-meshlet-e2e.conflist"), []byte(conflist), 0o644)
+	return os.WriteFile(e.PrimaryConflist(), []byte(conflist), 0o644)
 }
+
+// CNIConfDir and CNIBinDir are containerd's CNI directories (meshlet's
+// --cni-conf-dir and --cni-bin-dir); PrimaryConflist is the pod network's
+// conflist in CNIConfDir, as the environment wrote it.
+func (e *Env) CNIConfDir() string      { return e.path("cni/net.d") }
+func (e *Env) CNIBinDir() string       { return e.path("cni/bin") }
+func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e.conflist") }
+
+// CNISocket is meshlet's --cni-socket in the environment.
+func (e *Env) CNISocket() string { return e.path("cni.sock") }
 
 func mustLook(name string) string {
 	p, err := exec.LookPath(name)
@@ -261,6 +279,22 @@ func (e *Env) RestartContainerd() error {
 	if err := e.StopContainerd(); err != nil {
 		return err
 	}
+	return e.startContainerd()
+}
+
+// Reboot is a node reboot as the runtime sees it, meshlet being already
+// stopped: containerd and every pod process killed, the pods' network
+// namespaces gone, then containerd started again, which finds its pods
+// dead (not ready). Nothing is cleaned up in between, as after a power
+// cut.
+func (e *Env) Reboot() error {
+	if e.containerd != nil {
+		_ = e.containerd.Process.Kill()
+		<-e.cdExited
+		e.containerd = nil
+	}
+	killUnder(e.opts.Dir)
+	unmountUnder(e.path("state"))
 	return e.startContainerd()
 }
 

@@ -32,7 +32,8 @@ const NodeName = "e2e"
 // port + 1) /metrics, on the environment's loopback.
 const MeshletHealthAddr = "127.0.0.1:9880"
 
-// StartMeshlet runs the meshlet binary (NRI mode) in the environment's
+// StartMeshlet runs the meshlet binary (NRI mode, or CNI mode when the
+// environment's containerd has no NRI) in the environment's
 // netns, talking to its containerd, with ztunnel's socket at ztunnelSocket.
 // extra flags are appended (--standalone, or --kubeconfig).
 func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, error) {
@@ -43,7 +44,9 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 	}
 	args := append([]string{"--net=" + e.NetnsPath(), e.Meshlet,
 		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--state-dir=" + e.MeshletStateDir(), "--ztunnel-socket=" + ztunnelSocket,
-		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2"}, extra...)
+		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2",
+		// Used when meshlet picks CNI mode (containerd without NRI).
+		"--cni-conf-dir=" + e.CNIConfDir(), "--cni-bin-dir=" + e.CNIBinDir(), "--cni-socket=" + e.CNISocket(), "--cri-socket=" + e.CRISocket}, extra...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

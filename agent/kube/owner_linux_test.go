@@ -1,0 +1,73 @@
+package kube_test
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meshlet/meshlet/agent/kube"
+)
+
+// TestDaemonSetRemoved: meshlet's own DaemonSet, read with the role of
+// deploy/rbac.yaml, tells an uninstall (deleted, being deleted, or replaced
+// by another of that name) from an update (still there). Without a
+// controller-manager here the pod's owner reference is set by hand and a
+// foreground deletion stays pending, which is what a stopping meshlet
+// sees while the garbage collector works.
+func TestDaemonSetRemoved(t *testing.T) {
+	c := admin(t)
+	rc := restrictedClient(t)
+	ns := namespace(t, c, nil)
+	ctx := context.Background()
+	labels := map[string]string{"app": "meshlet"}
+	newDS := func() *appsv1.DaemonSet {
+		ds, err := c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: "meshlet"},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
+		}, metav1.CreateOptions{})
+		must(t, err)
+		return ds
+	}
+	ds := newDS()
+	newPod := func(name string, owner *appsv1.DaemonSet) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}
+		if owner != nil {
+			p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))}
+		}
+		_, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		must(t, err)
+	}
+	newPod("meshlet-a", ds)
+	newPod("loose", nil)
+	check := func(what, pod string, want, wantErr bool) {
+		t.Helper()
+		removed, err := kube.DaemonSetRemoved(ctx, rc, ns, pod)
+		if removed != want || (err != nil) != wantErr {
+			t.Fatalf("%s: removed %v, err %v; want removed %v, error %v", what, removed, err, want, wantErr)
+		}
+	}
+	check("DaemonSet in place (an update)", "meshlet-a", false, false)
+	check("pod without a DaemonSet", "loose", false, true)
+	check("pod gone", "nosuchpod", false, true)
+
+	fg := metav1.DeletePropagationForeground
+	must(t, c.AppsV1().DaemonSets(ns).Delete(ctx, "meshlet", metav1.DeleteOptions{PropagationPolicy: &fg}))
+	check("DaemonSet being deleted", "meshlet-a", true, false)
+
+	// Gone for good, then a new DaemonSet of the same name: the pod's
+	// owner is still gone.
+	got, err := c.AppsV1().DaemonSets(ns).Get(ctx, "meshlet", metav1.GetOptions{})
+	must(t, err)
+	got.Finalizers = nil
+	_, err = c.AppsV1().DaemonSets(ns).Update(ctx, got, metav1.UpdateOptions{})
+	must(t, err)
+	check("DaemonSet deleted", "meshlet-a", true, false)
+	newDS()
+	check("DaemonSet replaced by another of that name", "meshlet-a", true, false)
+}

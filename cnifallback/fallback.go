@@ -1,0 +1,190 @@
+package cnifallback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/cnifallback/server"
+)
+
+// Core is the part of the enrollment core CNI mode drives.
+type Core interface {
+	server.Core
+	Reconcile(ctx context.Context, pods []enroll.Pod) error
+	Status(uid string) (enroll.PodStatus, bool)
+	Checkpointed(uid string) bool
+	Pods() []enroll.PodStatus
+}
+
+var _ Core = (*enroll.Core)(nil)
+
+// Installer keeps meshlet-cni chained in the runtime's CNI configuration.
+type Installer interface {
+	Run(ctx context.Context) error
+	Installed() bool
+}
+
+// Lister lists the runtime's running pods (its CRI API).
+type Lister interface {
+	RunningPods(ctx context.Context) ([]enroll.Pod, error)
+}
+
+// Metrics receives what CNI mode observes (the NRI plugin reports the
+// same). Implementations must not block.
+type Metrics interface {
+	Enrolled(pod enroll.PodRef, d time.Duration, err error)
+	LateEnrolled(n int)
+	Connected(bool)
+}
+
+// Deps are what CNI mode works with.
+type Deps struct {
+	Core      Core
+	Installer Installer
+	// DialRuntime connects to the runtime's CRI API; it is retried until
+	// it succeeds.
+	DialRuntime func(ctx context.Context) (Lister, error)
+	Metrics     Metrics
+	// AfterSync, if set, runs once the pods running at start are
+	// reconciled, before any ADD is served (node-side cleanup of pods
+	// removed while meshlet was away).
+	AfterSync func(context.Context)
+}
+
+// Fallback is CNI mode: the installer keeps meshlet-cni in the chain, the
+// server turns its ADDs and DELs into enrollments, and the runtime's pod
+// list reconciles the rest (the pods running at start, DELs that never
+// reached the agent, pods that started while meshlet was out of the
+// chain).
+type Fallback struct {
+	cfg     Config
+	deps    Deps
+	serving atomic.Bool
+	trigger chan struct{}
+
+	mu sync.Mutex
+	// deleted holds pods whose DEL the agent served, with when: a listing
+	// taken while their sandbox was still stopping must not enroll them
+	// again.
+	deleted map[string]time.Time
+	// missing holds known pods absent from the last listing; a pod is
+	// forgotten only when two listings in a row miss it, because a pod
+	// whose ADD just finished is listed only once its sandbox is ready.
+	missing map[string]bool
+}
+
+// New returns CNI mode over deps.
+func New(cfg Config, deps Deps) *Fallback {
+	return &Fallback{cfg: cfg, deps: deps, trigger: make(chan struct{}, 1),
+		deleted: map[string]time.Time{}, missing: map[string]bool{}}
+}
+
+// Connected is true while new pods are enrolled: meshlet-cni is chained in
+// the configuration the runtime uses and the agent answers it.
+func (f *Fallback) Connected() bool { return f.serving.Load() && f.deps.Installer.Installed() }
+
+// Resync asks for a listing of the runtime's pods soon (after the
+// installer re-asserted the chain: a pod created meanwhile may have missed
+// meshlet-cni). It never blocks.
+func (f *Fallback) Resync() {
+	select {
+	case f.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run serves CNI mode until ctx ends. The installer chains meshlet-cni
+// first: until the agent answers, the plugin fails mesh pods closed and
+// the kubelet retries them, which beats letting them start unmeshed. Then
+// the pods already running are reconciled, and only then are ADDs served,
+// so no listing races an ADD at start.
+func (f *Fallback) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("cni")
+	ctx = klog.NewContext(ctx, logger)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		if err := f.deps.Installer.Run(ctx); err != nil {
+			cancel(fmt.Errorf("CNI installer: %w", err))
+		}
+	})
+
+	lister, err := f.dial(ctx)
+	if err != nil {
+		return cause(ctx, err)
+	}
+	if err := f.syncAtStart(ctx, lister); err != nil {
+		return cause(ctx, err)
+	}
+	srv, err := server.Listen(server.Config{SocketPath: f.cfg.Socket, Observe: f.deps.Metrics.Enrolled}, tombstoning{f})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	wg.Go(func() { f.resyncLoop(ctx, lister) })
+	f.serving.Store(true)
+	f.deps.Metrics.Connected(true)
+	defer func() { f.serving.Store(false); f.deps.Metrics.Connected(false) }()
+	logger.Info("Serving meshlet-cni", "socket", srv.Addr())
+	if err := srv.Serve(ctx); err != nil {
+		return err
+	}
+	return cause(ctx, nil)
+}
+
+// cause is the installer's failure if it stopped Run, else err.
+func cause(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		return c
+	}
+	return err
+}
+
+// dial connects to the runtime, retrying: after a node reboot the agent
+// may start before the runtime.
+func (f *Fallback) dial(ctx context.Context) (Lister, error) {
+	logger := klog.FromContext(ctx)
+	backoff := 100 * time.Millisecond
+	for logged := false; ; {
+		l, err := f.deps.DialRuntime(ctx)
+		if err == nil {
+			return l, nil
+		}
+		if !logged {
+			logger.Info("Waiting for the container runtime's CRI API (retrying)", "err", err)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// tombstoning records the pods whose DEL the agent served.
+type tombstoning struct{ f *Fallback }
+
+func (t tombstoning) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error) {
+	t.f.mu.Lock()
+	delete(t.f.deleted, pod.UID) // a new sandbox of the same pod
+	t.f.mu.Unlock()
+	return t.f.deps.Core.Enroll(ctx, pod)
+}
+
+func (t tombstoning) Forget(ctx context.Context, uid string) error {
+	t.f.mu.Lock()
+	t.f.deleted[uid] = time.Now()
+	t.f.mu.Unlock()
+	return t.f.deps.Core.Forget(ctx, uid)
+}

@@ -1,0 +1,13 @@
+//go:build !linux
+
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	fmt.Fprintln(os.Stderr, "demo-cni: Linux only (containerd, network namespaces)")
+	os.Exit(2)
+}
