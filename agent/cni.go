@@ -47,8 +47,13 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redir
 		return nil, nil, err
 	}
 	var fb *cnifallback.Fallback
-	icfg.OnReassert = func(string, time.Duration) {
+	icfg.OnReassert = func(trigger string, _ time.Duration) {
+		if trigger == "start" {
+			return // the first install, not a re-assert
+		}
 		m.cniReasserts.Inc()
+		// A pod set up while the entry was missing started outside the
+		// chain: list the runtime's pods soon to enroll it.
 		fb.Resync()
 	}
 	inst, err := install.New(icfg)

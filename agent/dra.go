@@ -51,13 +51,14 @@ const (
 	notReadyZtunnel = "ztunnel-disconnected"
 )
 
-// nodeState is whether new pods can be enrolled: the runtime's hook is
-// connected and a ztunnel is connected to hand them to.
+// nodeState is whether new pods can be enrolled: the runtime's hook (NRI,
+// or CNI mode's chained plugin) is in place and a ztunnel is connected to
+// hand them to.
 func nodeState(runtimeConnected func() bool, ztunnels func() int, ztunnelSocket string) func() draplugin.NodeState {
 	return func() draplugin.NodeState {
 		switch {
 		case !runtimeConnected():
-			return draplugin.NodeState{Reason: notReadyRuntime, Message: "meshlet is not connected to the container runtime (NRI): pods would start without enrollment"}
+			return draplugin.NodeState{Reason: notReadyRuntime, Message: "meshlet's runtime hook is not in place (NRI not connected, or in CNI mode meshlet-cni not chained and served): pods would not be enrolled"}
 		case ztunnels() == 0:
 			return draplugin.NodeState{Reason: notReadyZtunnel, Message: "no ztunnel is connected to " + ztunnelSocket + ": pods cannot be handed to the mesh"}
 		}

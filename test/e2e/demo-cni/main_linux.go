@@ -86,6 +86,10 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			return err
 		}
+		// No controller-manager here: the service account it would make.
+		if _, err := c.CoreV1().ServiceAccounts(name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
 	}
 	say("The runtime's conflist before meshlet (%s):", e.PrimaryConflist())
 	printFile(e.PrimaryConflist())
