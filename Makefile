@@ -15,10 +15,12 @@ PROTOS        := agent/zds/zdspb/zds.proto
 
 all: build
 
-## build: compile every package and the daemon binary into bin/
+## build: compile every package, the daemon and meshlet-cni (which it
+## installs from next to itself in CNI mode) into bin/
 build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/meshlet ./cmd/meshlet
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-cni ./cmd/meshlet-cni
 
 ## deps: install the system packages and Go tools the tests and lint need
 deps:

@@ -22,47 +22,68 @@ import (
 // installConfig is the installer's configuration: the plugin's entry
 // names the agent's socket and the namespaces that start while the agent
 // is away (the node's excluded namespaces and ztunnel's, so the mesh's
-// own infrastructure can come up on a node without an agent).
-func installConfig(cfg Config) (install.Config, error) {
-	bin := cfg.CNI.PluginBinary
-	if bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return install.Config{}, fmt.Errorf("--cni-plugin-binary: locating meshlet's executable: %w", err)
-		}
-		bin = filepath.Join(filepath.Dir(exe), install.PluginType)
-	}
-	if fi, err := os.Stat(bin); err != nil || !fi.Mode().IsRegular() {
-		return install.Config{}, fmt.Errorf("--cni-plugin-binary=%q: the meshlet-cni binary to install is not there: %v", bin, err)
-	}
+// own infrastructure can come up on a node without an agent). withBinary
+// adds the meshlet-cni binary to install (and to remove on uninstall).
+func installConfig(cfg Config, withBinary bool) (install.Config, error) {
 	exclude := append(slices.Clone(cfg.Policy.ExcludedNamespaces), cfg.Policy.ZtunnelNamespace)
-	return install.Config{ConfDir: cfg.CNI.ConfDir, BinDir: cfg.CNI.BinDir, PluginBinary: bin, AgentSocket: cfg.CNI.Socket,
-		ExcludeNamespaces: exclude, OwnConflist: cfg.CNI.OwnConflist}, nil
+	icfg := install.Config{ConfDir: cfg.CNI.ConfDir, BinDir: cfg.CNI.BinDir, AgentSocket: cfg.CNI.Socket,
+		ExcludeNamespaces: exclude, OwnConflist: cfg.CNI.OwnConflist}
+	if !withBinary {
+		return icfg, nil
+	}
+	bin, err := pluginSource(cfg)
+	if err != nil {
+		return install.Config{}, err
+	}
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return install.Config{}, fmt.Errorf("--cni-plugin-binary=%q: the meshlet-cni binary to install: %w", bin, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return install.Config{}, fmt.Errorf("--cni-plugin-binary=%q: the meshlet-cni binary to install is not a regular file", bin)
+	}
+	icfg.PluginBinary = bin
+	return icfg, nil
+}
+
+// pluginSource is the meshlet-cni binary meshlet installs: --cni-plugin-binary,
+// or meshlet-cni next to meshlet's executable.
+func pluginSource(cfg Config) (string, error) {
+	if cfg.CNI.PluginBinary != "" {
+		return cfg.CNI.PluginBinary, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("--cni-plugin-binary: locating meshlet's executable: %w", err)
+	}
+	return filepath.Join(filepath.Dir(exe), install.PluginType), nil
 }
 
 // newCNIMode assembles CNI mode over the core.
-func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redirector) (*cnifallback.Fallback, *install.Installer, error) {
-	icfg, err := installConfig(cfg)
+func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redirector) (*cnifallback.Fallback, error) {
+	icfg, err := installConfig(cfg, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var fb *cnifallback.Fallback
 	icfg.OnReassert = func(trigger string, _ time.Duration) {
-		if trigger == "start" {
-			return // the first install, not a re-assert
+		if trigger != "start" { // the first install is not a re-assert
+			m.cniReasserts.Inc()
 		}
-		m.cniReasserts.Inc()
 		// A pod set up while the entry was missing started outside the
 		// chain: list the runtime's pods soon to enroll it.
 		fb.Resync()
 	}
 	inst, err := install.New(icfg)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	fb = cnifallback.New(cfg.CNI, cnifallback.Deps{Core: core, Installer: inst, Metrics: m,
 		DialRuntime: func(ctx context.Context) (cnifallback.Lister, error) {
-			endpoint, err := criEndpoint(ctx, cfg)
+			if cfg.CNI.CRISocket != "" {
+				return cri.Dial(ctx, cfg.CNI.CRISocket)
+			}
+			endpoint, err := cri.Find(ctx, cri.DefaultEndpoints)
 			if err != nil {
 				return nil, err
 			}
@@ -73,47 +94,87 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redir
 				klog.FromContext(ctx).Error(err, "Cleaning node-side state of pods removed while meshlet was away")
 			}
 		}})
-	return fb, inst, nil
+	return fb, nil
 }
 
 // uninstallCNIOnStop removes meshlet-cni from the chain when meshlet's
 // DaemonSet is being deleted, and keeps it otherwise: on an update, a
-// restart or a node shutdown the plugin stays, so mesh pods wait for the
-// next meshlet (they fail closed) instead of starting unmeshed.
-func uninstallCNIOnStop(cfg Config, api *apiClients, inst *install.Installer, logger klog.Logger) {
+// restart or a node shutdown the plugin stays, so pods wait for the next
+// meshlet (they fail closed) instead of mesh pods starting unmeshed. The
+// binary stays either way: a runtime that cached a pod's configuration
+// (CRI-O) runs it for that pod's DEL, which then succeeds.
+func uninstallCNIOnStop(ctx context.Context, cfg Config, api *apiClients, ds *kube.DaemonSetWatch) {
+	logger := klog.FromContext(ctx)
 	keep := func(why string) {
-		logger.Info("Keeping meshlet-cni in the CNI chain: mesh pods wait for the next meshlet", "why", why)
+		logger.Info("Keeping meshlet-cni in the CNI chain: pods outside its excluded namespaces wait for the next meshlet; meshlet uninstall-cni removes it",
+			"why", why)
 	}
 	if api == nil || cfg.PodName == "" {
-		keep("meshlet's own pod is not known (--pod-name); remove it with meshlet uninstall-cni")
+		keep("meshlet's own pod is not known (--pod-name)")
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	removed, err := kube.DaemonSetRemoved(ctx, api.client, cfg.PodNamespace, cfg.PodName)
+	if ds == nil || !ds.Removed() {
+		removed, err := kube.DaemonSetRemoved(ctx, api.client, cfg.PodNamespace, cfg.PodName)
+		if err != nil {
+			keep(err.Error())
+			return
+		}
+		if !removed {
+			keep("meshlet's DaemonSet remains (an update or a restart)")
+			return
+		}
+	}
+	icfg, err := installConfig(cfg, false)
+	if err == nil {
+		err = uninstall(ctx, icfg)
+	}
 	if err != nil {
-		keep(err.Error())
-		return
-	}
-	if !removed {
-		keep("meshlet's DaemonSet remains (an update or a restart)")
-		return
-	}
-	if err := inst.Uninstall(ctx); err != nil {
 		logger.Error(err, "Removing meshlet-cni from the CNI chain: remove it with meshlet uninstall-cni")
 		return
 	}
 	logger.Info("Removed meshlet-cni from the CNI chain: meshlet's DaemonSet is deleted")
 }
 
+// removeStaleCNI takes meshlet-cni out of the CNI chain on a node served
+// through NRI (the runtime gained NRI since meshlet last ran in CNI mode,
+// or it was installed by hand): nothing serves its socket in NRI mode, so
+// an entry left behind would fail every pod outside its excluded
+// namespaces. The binary stays (see uninstallCNIOnStop).
+func removeStaleCNI(ctx context.Context, cfg Config) {
+	icfg, err := installConfig(cfg, false)
+	if err == nil {
+		err = uninstall(ctx, icfg)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Removing meshlet-cni from the CNI chain (NRI serves this node)", "confDir", cfg.CNI.ConfDir)
+	}
+}
+
+func uninstall(ctx context.Context, icfg install.Config) error {
+	inst, err := install.New(icfg)
+	if err != nil {
+		return err
+	}
+	return inst.Uninstall(ctx)
+}
+
 // errStandaloneCNI: CNI passes no labels, so CNI mode needs the API server.
 var errStandaloneCNI = errors.New("the runtime offers no NRI and CNI mode needs the API server (CNI passes no pod labels to select pods by): drop --standalone, or enable NRI in the runtime")
 
 // InstallCNI chains meshlet-cni once (meshlet install-cni), for nodes
-// prepared before meshlet runs: from then on the runtime refuses mesh pods
-// until meshlet serves them.
+// prepared before meshlet runs: from then on the runtime refuses pods
+// outside the plugin's excluded namespaces until meshlet serves them.
 func InstallCNI(ctx context.Context, cfg Config) error {
-	inst, err := cniInstaller(cfg)
+	if err := cfg.CNI.Validate(); err != nil {
+		return err
+	}
+	icfg, err := installConfig(cfg, true)
+	if err != nil {
+		return err
+	}
+	inst, err := install.New(icfg)
 	if err != nil {
 		return err
 	}
@@ -125,26 +186,25 @@ func InstallCNI(ctx context.Context, cfg Config) error {
 	return nil
 }
 
-// UninstallCNI removes what the installer added (meshlet uninstall-cni).
+// UninstallCNI removes what the installer added, the binary included
+// (meshlet uninstall-cni). Run it with meshlet stopped: a running meshlet
+// in CNI mode puts its entry back.
 func UninstallCNI(ctx context.Context, cfg Config) error {
-	inst, err := cniInstaller(cfg)
+	if err := cfg.CNI.Validate(); err != nil {
+		return err
+	}
+	icfg, err := installConfig(cfg, false)
 	if err != nil {
 		return err
 	}
-	if err := inst.Uninstall(ctx); err != nil {
+	// With its source named, Uninstall removes the copy in BinDir; the
+	// source itself need not exist any more.
+	if icfg.PluginBinary, err = pluginSource(cfg); err != nil {
+		return err
+	}
+	if err := uninstall(ctx, icfg); err != nil {
 		return err
 	}
 	klog.FromContext(ctx).Info("meshlet-cni removed from the CNI chain", "confDir", cfg.CNI.ConfDir, "binDir", cfg.CNI.BinDir)
 	return nil
-}
-
-func cniInstaller(cfg Config) (*install.Installer, error) {
-	if err := cfg.CNI.Validate(); err != nil {
-		return nil, err
-	}
-	icfg, err := installConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return install.New(icfg)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/nriplugin"
 )
@@ -23,7 +24,10 @@ type metrics struct {
 	cniReasserts     prometheus.Counter
 }
 
-var _ nriplugin.Metrics = (*metrics)(nil)
+var (
+	_ nriplugin.Metrics   = (*metrics)(nil)
+	_ cnifallback.Metrics = (*metrics)(nil)
+)
 
 func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func() int, watcher *kube.Watcher, events *kube.Events) *metrics {
 	m := &metrics{

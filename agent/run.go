@@ -12,22 +12,24 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
-	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // Run runs the daemon until ctx ends or a component fails. Shutdown is
-// ordered: the pod source (NRI plugin, or CNI mode's server) goes first (no new pods), then the DRA kubelet
-// plugin (its device tainted first), then the API watchers, then the
-// checkpoint writer (a last write), then the ZDS server, then the HTTP
-// endpoints, and last the node lock. Enrolled pods keep their rules: an agent restart or
-// upgrade must not unmesh running pods (the next agent re-adopts them at
-// Synchronize, and ztunnel keeps proxying meanwhile).
+// ordered: the pod source goes first (no new pods: the NRI plugin, or CNI
+// mode's server, whose plugin stays chained unless meshlet's DaemonSet is
+// deleted), then the DRA kubelet plugin (its device tainted first), then
+// the API watchers, then the checkpoint writer (a last write), then the
+// ZDS server, then the HTTP endpoints, and last the node lock. Enrolled
+// pods keep their rules: an agent restart or upgrade must not unmesh
+// running pods (the next agent re-adopts them, and ztunnel keeps proxying
+// meanwhile).
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if err := cfg.Validate(); err != nil {
@@ -130,11 +132,19 @@ func Run(ctx context.Context, cfg Config) error {
 		m = newMetrics(reg, core, server.Connections, nil, nil)
 	}
 	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.mode.WithLabelValues(string(mode)).Set(1) },
-		build: func(mode Mode) (podSource, *install.Installer, error) {
+		build: func(ctx context.Context, mode Mode) (podSource, *kube.DaemonSetWatch, error) {
 			if mode == ModeCNI {
-				fb, inst, err := newCNIMode(cfg, core, m, redir)
-				return fb, inst, err
+				fb, err := newCNIMode(cfg, core, m, redir)
+				if err != nil {
+					return nil, nil, err
+				}
+				var ds *kube.DaemonSetWatch
+				if api != nil && cfg.PodName != "" {
+					ds = kube.WatchDaemonSet(ctx, api.client, cfg.PodNamespace, cfg.PodName)
+				}
+				return fb, ds, nil
 			}
+			removeStaleCNI(ctx, cfg)
 			nriCfg := cfg.NRI
 			nriCfg.AfterSynchronize = func(ctx context.Context) {
 				// The runtime listed every running pod: node-side state of
@@ -217,8 +227,8 @@ func Run(ctx context.Context, cfg Config) error {
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
 	stopSource()
-	if inst := source.installer(); inst != nil {
-		uninstallCNIOnStop(cfg, api, inst, logger)
+	if cni, ds := source.cniMode(); cni {
+		uninstallCNIOnStop(ctx, cfg, api, ds)
 	}
 	stopDRA()
 	stopAPI()

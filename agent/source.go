@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/cnifallback"
-	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -31,17 +31,19 @@ var (
 // its health endpoints meanwhile, and reports why it is not ready.
 type modeSource struct {
 	cfg Config
-	// build makes the source for the mode picked; the installer is
-	// returned in CNI mode.
-	build  func(Mode) (podSource, *install.Installer, error)
+	// build makes the source for the mode picked; ctx is the source's
+	// lifetime.
+	build  func(context.Context, Mode) (podSource, *kube.DaemonSetWatch, error)
 	onPick func(Mode)
 	picked atomic.Pointer[pickedSource]
 }
 
 type pickedSource struct {
-	mode      Mode
-	source    podSource
-	installer *install.Installer
+	mode   Mode
+	source podSource
+	// daemonSet follows meshlet's DaemonSet in CNI mode (nil without an
+	// API server or --pod-name), for the uninstall decision.
+	daemonSet *kube.DaemonSetWatch
 }
 
 func (s *modeSource) Run(ctx context.Context) error {
@@ -56,12 +58,12 @@ func (s *modeSource) Run(ctx context.Context) error {
 	if mode == ModeCNI && s.cfg.Standalone {
 		return errStandaloneCNI
 	}
-	src, inst, err := s.build(mode)
+	src, ds, err := s.build(ctx, mode)
 	if err != nil {
 		return err
 	}
 	logger.Info("Pod source selected", "mode", mode, "why", why)
-	s.picked.Store(&pickedSource{mode: mode, source: src, installer: inst})
+	s.picked.Store(&pickedSource{mode: mode, source: src, daemonSet: ds})
 	s.onPick(mode)
 	return src.Run(ctx)
 }
@@ -85,10 +87,10 @@ func (s *modeSource) notReady() error {
 	return errors.New("not connected to the container runtime (NRI)")
 }
 
-// installer is CNI mode's installer, nil in NRI mode or before a pick.
-func (s *modeSource) installer() *install.Installer {
-	if p := s.picked.Load(); p != nil {
-		return p.installer
+// cniMode is whether CNI mode was picked, and its DaemonSet watch.
+func (s *modeSource) cniMode() (bool, *kube.DaemonSetWatch) {
+	if p := s.picked.Load(); p != nil && p.mode == ModeCNI {
+		return true, p.daemonSet
 	}
-	return nil
+	return false, nil
 }

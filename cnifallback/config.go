@@ -31,10 +31,6 @@ type Config struct {
 	// CRISocket is the runtime's CRI socket (--cri-socket), listed for
 	// the pods already running; empty: the first default that answers.
 	CRISocket string
-	// ExcludeNamespaces are written into the plugin's entry: their pods
-	// start even while the agent cannot be reached (the mesh's own
-	// infrastructure). The daemon fills them from its policy.
-	ExcludeNamespaces []string
 	// ResyncInterval is how often the runtime's pods are listed again, to
 	// forget pods whose DEL never reached the agent and to enroll pods
 	// that started while meshlet was not in the chain.
@@ -59,7 +55,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--cni-plugin-binary=%q: want an absolute path", c.PluginBinary)
 	}
 	if c.ResyncInterval <= 0 {
-		return errors.New("CNI resync interval must be positive")
+		return errors.New("the CRI resync interval must be positive")
 	}
 	return nil
 }

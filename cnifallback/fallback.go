@@ -11,12 +11,15 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/cnifallback/cri"
+	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/cnifallback/server"
 )
 
 // Core is the part of the enrollment core CNI mode drives.
 type Core interface {
 	server.Core
+	EnrollRunning(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
 	Reconcile(ctx context.Context, pods []enroll.Pod) error
 	Status(uid string) (enroll.PodStatus, bool)
 	Checkpointed(uid string) bool
@@ -31,10 +34,17 @@ type Installer interface {
 	Installed() bool
 }
 
-// Lister lists the runtime's running pods (its CRI API).
+var _ Installer = (*install.Installer)(nil)
+
+// Lister lists the runtime's running pods (its CRI API). pods is nil
+// when the runtime could not be listed; unreadable names running pods left
+// out of the list (their status could not be read).
 type Lister interface {
-	RunningPods(ctx context.Context) ([]enroll.Pod, error)
+	RunningPods(ctx context.Context) (pods []enroll.Pod, unreadable []string, err error)
+	Close() error
 }
+
+var _ Lister = (*cri.Lister)(nil)
 
 // Metrics receives what CNI mode observes (the NRI plugin reports the
 // same). Implementations must not block.
@@ -74,16 +84,18 @@ type Fallback struct {
 	// taken while their sandbox was still stopping must not enroll them
 	// again.
 	deleted map[string]time.Time
-	// missing holds known pods absent from the last listing; a pod is
-	// forgotten only when two listings in a row miss it, because a pod
-	// whose ADD just finished is listed only once its sandbox is ready.
-	missing map[string]bool
+	// missing holds known pods absent from the listings since the time
+	// given (when the first listing that missed them began). A pod is
+	// forgotten only once it has been missing for missingGrace, because a
+	// pod whose ADD finished is listed only once its sandbox is ready,
+	// which can take a while (an image pull for its pause container).
+	missing map[string]time.Time
 }
 
 // New returns CNI mode over deps.
 func New(cfg Config, deps Deps) *Fallback {
 	return &Fallback{cfg: cfg, deps: deps, trigger: make(chan struct{}, 1),
-		deleted: map[string]time.Time{}, missing: map[string]bool{}}
+		deleted: map[string]time.Time{}, missing: map[string]time.Time{}}
 }
 
 // Connected is true while new pods are enrolled: meshlet-cni is chained in
@@ -101,27 +113,29 @@ func (f *Fallback) Resync() {
 }
 
 // Run serves CNI mode until ctx ends. The installer chains meshlet-cni
-// first: until the agent answers, the plugin fails mesh pods closed and
-// the kubelet retries them, which beats letting them start unmeshed. Then
+// first: until the agent answers, the plugin fails pods closed and the
+// kubelet retries them, which beats letting mesh pods start unmeshed. Then
 // the pods already running are reconciled, and only then are ADDs served,
 // so no listing races an ADD at start.
 func (f *Fallback) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("cni")
 	ctx = klog.NewContext(ctx, logger)
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// The goroutines below end with ctx: cancel before waiting.
+	defer func() { cancel(nil); wg.Wait() }()
 	wg.Go(func() {
 		if err := f.deps.Installer.Run(ctx); err != nil {
 			cancel(fmt.Errorf("CNI installer: %w", err))
 		}
 	})
+	f.waitInstalled(ctx)
 
 	lister, err := f.dial(ctx)
 	if err != nil {
 		return cause(ctx, err)
 	}
+	defer lister.Close()
 	if err := f.syncAtStart(ctx, lister); err != nil {
 		return cause(ctx, err)
 	}
@@ -141,9 +155,32 @@ func (f *Fallback) Run(ctx context.Context) error {
 	return cause(ctx, nil)
 }
 
-// cause is the installer's failure if it stopped Run, else err.
+// installWait bounds how long start-up waits for the installer's first
+// pass: a node whose primary CNI is not installed yet must still get its
+// running pods listed and ADDs served once the conflist appears.
+const installWait = 5 * time.Second
+
+// waitInstalled waits until meshlet-cni is chained (or installWait), so
+// that the start-up listing is taken after the runtime can only set up
+// pods through meshlet-cni: a pod set up before then is in the listing.
+func (f *Fallback) waitInstalled(ctx context.Context) {
+	deadline := time.Now().Add(installWait)
+	for !f.deps.Installer.Installed() && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// cause is the installer's failure if it stopped Run, nil if Run was
+// asked to stop, else err.
 func cause(ctx context.Context, err error) error {
-	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+	if c := context.Cause(ctx); c != nil {
+		if errors.Is(c, context.Canceled) {
+			return nil
+		}
 		return c
 	}
 	return err
@@ -155,7 +192,9 @@ func (f *Fallback) dial(ctx context.Context) (Lister, error) {
 	logger := klog.FromContext(ctx)
 	backoff := 100 * time.Millisecond
 	for logged := false; ; {
-		l, err := f.deps.DialRuntime(ctx)
+		dctx, cancel := context.WithTimeout(ctx, listTimeout)
+		l, err := f.deps.DialRuntime(dctx)
+		cancel()
 		if err == nil {
 			return l, nil
 		}

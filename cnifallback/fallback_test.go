@@ -3,7 +3,10 @@ package cnifallback
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -23,12 +26,15 @@ type fakeCore struct {
 	enrolled     []string
 	forgotten    []string
 	reconciled   [][]enroll.Pod
+	enrollErr    error
+	// during, if set, runs inside EnrollRunning (a DEL arriving meanwhile).
+	during func()
 }
 
 func newFakeCore(uids ...string) *fakeCore {
 	c := &fakeCore{known: map[string]enroll.PodStatus{}}
 	for _, u := range uids {
-		c.known[u] = enroll.PodStatus{UID: u, State: enroll.StateEnrolled}
+		c.known[u] = enroll.PodStatus{UID: u, State: enroll.StateEnrolled, Since: time.Unix(0, 0)}
 	}
 	return c
 }
@@ -37,8 +43,19 @@ func (c *fakeCore) Enroll(_ context.Context, p enroll.Pod) (enroll.Result, error
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.enrolled = append(c.enrolled, p.UID)
-	c.known[p.UID] = enroll.PodStatus{UID: p.UID, State: enroll.StateEnrolled}
+	if c.enrollErr != nil {
+		c.known[p.UID] = enroll.PodStatus{UID: p.UID, State: enroll.StateFailed, Since: time.Now()}
+		return enroll.Result{}, c.enrollErr
+	}
+	c.known[p.UID] = enroll.PodStatus{UID: p.UID, State: enroll.StateEnrolled, Since: time.Now()}
 	return enroll.Result{Enrolled: true, Changed: true}, nil
+}
+
+func (c *fakeCore) EnrollRunning(ctx context.Context, p enroll.Pod) (enroll.Result, error) {
+	if c.during != nil {
+		c.during()
+	}
+	return c.Enroll(ctx, p)
 }
 
 func (c *fakeCore) Forget(_ context.Context, uid string) error {
@@ -82,16 +99,27 @@ func (c *fakeCore) Pods() []enroll.PodStatus {
 	return out
 }
 
-type fakeList []enroll.Pod
+// fakeList is a listing of the runtime's pods.
+type fakeList struct {
+	pods       []enroll.Pod
+	unreadable []string
+}
 
-func (l *fakeList) RunningPods(context.Context) ([]enroll.Pod, error) { return *l, nil }
-
-func pods(uids ...string) fakeList {
-	var out fakeList
-	for _, u := range uids {
-		out = append(out, enroll.Pod{UID: u, Name: u, Namespace: "ns", NetnsPath: "/run/netns/" + u})
+func (l *fakeList) RunningPods(context.Context) ([]enroll.Pod, []string, error) {
+	if len(l.unreadable) > 0 {
+		return l.pods, l.unreadable, errors.New("some sandboxes cannot be read")
 	}
-	return out
+	return l.pods, nil, nil
+}
+
+func (l *fakeList) Close() error { return nil }
+
+func pods(uids ...string) *fakeList {
+	l := &fakeList{pods: []enroll.Pod{}}
+	for _, u := range uids {
+		l.pods = append(l.pods, enroll.Pod{UID: u, Name: u, Namespace: "ns", NetnsPath: "/run/netns/" + u})
+	}
+	return l
 }
 
 type fakeMetrics struct {
@@ -103,32 +131,54 @@ func (m *fakeMetrics) Enrolled(enroll.PodRef, time.Duration, error) {}
 func (m *fakeMetrics) LateEnrolled(n int)                           { m.mu.Lock(); m.late += n; m.mu.Unlock() }
 func (m *fakeMetrics) Connected(bool)                               {}
 
-func TestResyncForgetsOnlyPodsMissingTwice(t *testing.T) {
+func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 	core := newFakeCore("a", "b")
-	list := pods("a")
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
+	grace := f.missingGrace()
 	ctx := context.Background()
+	t0 := time.Now()
 
 	// b may be a pod whose ADD just finished: its sandbox is not ready,
 	// so not listed, yet.
-	f.resync(ctx, &list)
+	f.resync(ctx, pods("a"), t0)
+	f.resync(ctx, pods("a"), t0.Add(grace/2))
 	if len(core.forgotten) != 0 {
-		t.Fatalf("one listing without b forgot %v; a pod is forgotten only when two listings in a row miss it", core.forgotten)
+		t.Fatalf("b missing for less than %v was forgotten: %v", grace, core.forgotten)
 	}
-	f.resync(ctx, &list)
+	f.resync(ctx, pods("a"), t0.Add(grace))
 	if !slices.Equal(core.forgotten, []string{"b"}) {
-		t.Fatalf("forgotten %v after two listings without b, want [b]", core.forgotten)
+		t.Fatalf("forgotten %v after b was missing for %v, want [b]", core.forgotten, grace)
 	}
 
 	// Listed again in between: the count starts over.
 	core = newFakeCore("c")
 	f = New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
-	empty, withC := pods(), pods("c")
-	f.resync(ctx, &empty)
-	f.resync(ctx, &withC)
-	f.resync(ctx, &empty)
+	f.resync(ctx, pods(), t0)
+	f.resync(ctx, pods("c"), t0.Add(grace/2))
+	f.resync(ctx, pods(), t0.Add(grace))
 	if len(core.forgotten) != 0 {
-		t.Fatalf("forgotten %v: c was listed between the two listings that missed it", core.forgotten)
+		t.Fatalf("forgotten %v: c was listed while it was missing", core.forgotten)
+	}
+
+	// A new sandbox of the pod enrolled by an ADD while it was missing:
+	// its state changed since, so it is not forgotten.
+	core = newFakeCore("d")
+	f = New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
+	f.resync(ctx, pods(), t0)
+	core.known["d"] = enroll.PodStatus{UID: "d", State: enroll.StateEnrolled, Since: t0.Add(time.Second)}
+	f.resync(ctx, pods(), t0.Add(grace))
+	if len(core.forgotten) != 0 {
+		t.Fatalf("forgotten %v: d was enrolled again after it went missing", core.forgotten)
+	}
+
+	// A running pod the runtime could not read is present, not missing.
+	core = newFakeCore("e")
+	f = New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
+	unreadable := &fakeList{pods: []enroll.Pod{}, unreadable: []string{"e"}}
+	f.resync(ctx, unreadable, t0)
+	f.resync(ctx, unreadable, t0.Add(2*grace))
+	if len(core.forgotten) != 0 || len(core.enrolled) != 0 {
+		t.Fatalf("a pod the runtime could not read was forgotten (%v) or enrolled (%v)", core.forgotten, core.enrolled)
 	}
 }
 
@@ -139,8 +189,7 @@ func TestResyncEnrollsPodsThatStartedOutsideTheChain(t *testing.T) {
 	ctx := context.Background()
 	// d's DEL was served; its sandbox is still listed while it stops.
 	must(t, tombstoning{f}.Forget(ctx, "d"))
-	list := pods("a", "late", "d")
-	f.resync(ctx, &list)
+	f.resync(ctx, pods("a", "late", "d"), time.Now())
 	if !slices.Equal(core.enrolled, []string{"late"}) || m.late != 1 {
 		t.Fatalf("enrolled %v (late %d), want [late] counted once: a is known, d was deleted", core.enrolled, m.late)
 	}
@@ -152,6 +201,34 @@ func TestResyncEnrollsPodsThatStartedOutsideTheChain(t *testing.T) {
 	}
 }
 
+func TestResyncRetriesFailedEnrollments(t *testing.T) {
+	core := newFakeCore()
+	m := &fakeMetrics{}
+	f := New(DefaultConfig(), Deps{Core: core, Metrics: m})
+	ctx := context.Background()
+	core.enrollErr = errors.New("no ztunnel")
+	f.resync(ctx, pods("late"), time.Now())
+	if st, _ := core.Status("late"); st.State != enroll.StateFailed || m.late != 0 {
+		t.Fatalf("state %v, late %d after a failed late enrollment", st.State, m.late)
+	}
+	core.enrollErr = nil
+	f.resync(ctx, pods("late"), time.Now())
+	if st, _ := core.Status("late"); st.State != enroll.StateEnrolled || m.late != 1 || len(core.enrolled) != 2 {
+		t.Fatalf("state %v, late %d, enrolled %v: a failed pod must be tried again at the next listing", st.State, m.late, core.enrolled)
+	}
+}
+
+func TestResyncForgetsAPodDeletedDuringItsLateEnrollment(t *testing.T) {
+	core := newFakeCore()
+	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
+	ctx := context.Background()
+	core.during = func() { must(t, tombstoning{f}.Forget(ctx, "going")) }
+	f.resync(ctx, pods("going"), time.Now())
+	if _, known := core.Status("going"); known {
+		t.Fatal("a pod whose DEL was served during its late enrollment stayed enrolled")
+	}
+}
+
 func TestSyncAtStartReconcilesAndCountsLatePods(t *testing.T) {
 	core := newFakeCore("enrolled")
 	// Enrolled by the previous meshlet: adopted now, not late.
@@ -159,8 +236,7 @@ func TestSyncAtStartReconcilesAndCountsLatePods(t *testing.T) {
 	m := &fakeMetrics{}
 	after := false
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: m, AfterSync: func(context.Context) { after = true }})
-	list := pods("enrolled", "adopted", "new")
-	must(t, f.syncAtStart(context.Background(), &list))
+	must(t, f.syncAtStart(context.Background(), pods("enrolled", "adopted", "new")))
 	if len(core.reconciled) != 1 || len(core.reconciled[0]) != 3 {
 		t.Fatalf("reconciled %v, want the three listed pods once", core.reconciled)
 	}
@@ -197,6 +273,49 @@ func TestRunStopsWithTheInstallersFailure(t *testing.T) {
 	}
 	if f.Connected() {
 		t.Fatal("Connected after Run failed")
+	}
+}
+
+func TestRunFailsWithoutItsSocket(t *testing.T) {
+	// A directory where the socket should be: Listen fails, and Run must
+	// return that error (not hang on its background work).
+	cfg := DefaultConfig()
+	cfg.Socket = t.TempDir()
+	f := New(cfg, Deps{Core: newFakeCore(), Metrics: &fakeMetrics{}, Installer: &fakeInstaller{installed: true},
+		DialRuntime: func(context.Context) (Lister, error) { return pods(), nil }})
+	done := make(chan error, 1)
+	go func() { done <- f.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), cfg.Socket) {
+			t.Fatalf("Run = %v, want the socket's error naming %s", err, cfg.Socket)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its socket failed")
+	}
+}
+
+func TestRunStopsCleanly(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Socket = filepath.Join(t.TempDir(), "cni.sock")
+	f := New(cfg, Deps{Core: newFakeCore(), Metrics: &fakeMetrics{}, Installer: &fakeInstaller{installed: true},
+		DialRuntime: func(context.Context) (Lister, error) { return pods(), nil }})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("not serving after 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run after a stop = %v, want nil", err)
+	}
+	if _, err := os.Stat(cfg.Socket); !os.IsNotExist(err) {
+		t.Fatalf("socket left behind: %v", err)
 	}
 }
 

@@ -9,9 +9,32 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 )
 
-// deletedTTL is how long a served DEL keeps a listing from enrolling its
-// pod again: far longer than a sandbox takes to stop.
-const deletedTTL = 10 * time.Minute
+const (
+	// deletedTTL is how long a served DEL keeps a listing from enrolling
+	// its pod again: far longer than a sandbox takes to stop.
+	deletedTTL = 10 * time.Minute
+	// listTimeout bounds one listing of the runtime's pods (and one dial).
+	listTimeout = 30 * time.Second
+	// startRetries is how many times the start-up listing is taken again
+	// while some running pods cannot be read: reconciling without them
+	// would take them for gone.
+	startRetries = 5
+)
+
+// missingGrace is how long a known pod must be missing from every listing
+// before it is forgotten: longer than a sandbox may take between its ADD
+// and being listed as ready (the kubelet's runtime request timeout is
+// 2 minutes), and at least two listings.
+func (f *Fallback) missingGrace() time.Duration {
+	return max(2*time.Minute, 2*f.cfg.ResyncInterval)
+}
+
+// list takes one listing, bounded by listTimeout.
+func list(ctx context.Context, lister Lister) ([]enroll.Pod, []string, error) {
+	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	defer cancel()
+	return lister.RunningPods(ctx)
+}
 
 // syncAtStart reconciles the core with the pods running now: checkpointed
 // pods are adopted, pods removed while meshlet was away are forgotten,
@@ -20,19 +43,25 @@ const deletedTTL = 10 * time.Minute
 func (f *Fallback) syncAtStart(ctx context.Context, lister Lister) error {
 	logger := klog.FromContext(ctx)
 	var pods []enroll.Pod
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+	for attempt, backoff := 1, 100*time.Millisecond; ; attempt, backoff = attempt+1, min(2*backoff, 5*time.Second) {
+		var unreadable []string
 		var err error
-		pods, err = lister.RunningPods(ctx)
+		pods, unreadable, err = list(ctx, lister)
+		switch {
+		case err == nil:
+		case pods == nil:
+			logger.Error(err, "Listing the runtime's pods (retrying)")
+		case attempt < startRetries:
+			logger.Error(err, "Some running pods cannot be read (retrying)", "podUIDs", unreadable)
+		default:
+			// Reconcile treats them as gone: their checkpointed records are
+			// dropped and they are enrolled again once readable.
+			logger.Error(err, "Some running pods cannot be read: reconciling without them", "podUIDs", unreadable)
+			err = nil
+		}
 		if err == nil {
 			break
 		}
-		if pods != nil {
-			// Some sandboxes could not be read: reconcile the rest; the
-			// next listing retries them.
-			logger.Error(err, "Listing the runtime's pods: some were skipped")
-			break
-		}
-		logger.Error(err, "Listing the runtime's pods (retrying)")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -84,55 +113,72 @@ func (f *Fallback) resyncLoop(ctx context.Context, lister Lister) {
 			case <-time.After(time.Second):
 			}
 		}
-		f.resync(ctx, lister)
+		f.resync(ctx, lister, time.Now())
 	}
 }
 
-// resync converges the core with one listing while ADDs and DELs are
-// served: known pods missing from two listings in a row are forgotten
-// (their DEL never reached the agent), and listed pods the core does not
-// know are enrolled late (they started while meshlet-cni was not in the
-// chain), unless the agent served their DEL.
-func (f *Fallback) resync(ctx context.Context, lister Lister) {
+// resync converges the core with one listing, taken at now, while ADDs and
+// DELs are served:
+//   - a known pod missing from every listing for missingGrace is
+//     forgotten (its DEL never reached the agent), unless the core changed
+//     its state since it went missing (an ADD of a new sandbox);
+//   - a listed pod the core does not know is enrolled late (it started
+//     while meshlet-cni was not in the chain), unless the agent served its
+//     DEL; a listed pod whose enrollment failed is tried again.
+//
+// Pods the listing could not read count as present: they are neither
+// missing nor enrolled.
+func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	logger := klog.FromContext(ctx)
-	before := map[string]bool{}
+	before := map[string]enroll.PodStatus{}
 	for _, p := range f.deps.Core.Pods() {
-		before[p.UID] = true
+		before[p.UID] = p
 	}
-	pods, err := lister.RunningPods(ctx)
+	pods, unreadable, err := list(ctx, lister)
 	if err != nil {
-		logger.Error(err, "Listing the runtime's pods")
+		logger.Error(err, "Listing the runtime's pods", "unreadablePodUIDs", unreadable)
 		if pods == nil {
 			return
 		}
 	}
-	listed := make(map[string]bool, len(pods))
+	present := make(map[string]bool, len(pods)+len(unreadable))
 	for _, p := range pods {
-		listed[p.UID] = true
+		present[p.UID] = true
 	}
+	for _, uid := range unreadable {
+		present[uid] = true
+	}
+
 	f.mu.Lock()
 	var gone []string
-	missing := map[string]bool{}
-	for uid := range before {
-		switch {
-		case listed[uid]:
-		case f.missing[uid]:
-			gone = append(gone, uid)
-		default:
-			missing[uid] = true
+	missing := map[string]time.Time{}
+	for uid, st := range before {
+		if present[uid] {
+			continue
 		}
+		since, ok := f.missing[uid]
+		if !ok || st.Since.After(since) {
+			since = now // newly missing, or the pod changed since: start over
+		}
+		if now.Sub(since) >= f.missingGrace() {
+			gone = append(gone, uid)
+			continue
+		}
+		missing[uid] = since
 	}
 	f.missing = missing
-	now := time.Now()
 	for uid, at := range f.deleted {
 		if now.Sub(at) > deletedTTL {
 			delete(f.deleted, uid)
 		}
 	}
-	var unknown []enroll.Pod
+	var retry []enroll.Pod
 	for _, p := range pods {
-		if _, deleted := f.deleted[p.UID]; !deleted && !before[p.UID] {
-			unknown = append(unknown, p)
+		if _, deleted := f.deleted[p.UID]; deleted {
+			continue
+		}
+		if st, known := before[p.UID]; !known || st.State == enroll.StateFailed {
+			retry = append(retry, p)
 		}
 	}
 	f.mu.Unlock()
@@ -144,15 +190,23 @@ func (f *Fallback) resync(ctx context.Context, lister Lister) {
 		}
 	}
 	late := 0
-	for _, p := range unknown {
-		if _, known := f.deps.Core.Status(p.UID); known {
+	for _, p := range retry {
+		if st, known := f.deps.Core.Status(p.UID); known && st.State != enroll.StateFailed {
 			continue // an ADD got there first
 		}
-		res, err := f.deps.Core.Enroll(ctx, p)
+		res, err := f.deps.Core.EnrollRunning(ctx, p)
+		if f.deletedSince(p.UID, now) {
+			// Its DEL was served while it was being enrolled: the pod is
+			// going, so nothing of it may stay.
+			if err := f.deps.Core.Forget(ctx, p.UID); err != nil {
+				logger.Error(err, "Forgetting a pod deleted during its late enrollment", "podUID", p.UID)
+			}
+			continue
+		}
 		switch {
 		case err != nil:
-			logger.Error(err, "Enrolling a pod that started outside the CNI chain", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
-		case res.Enrolled:
+			logger.Error(err, "Enrolling a running pod (retried at the next listing)", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
+		case res.Enrolled && res.Changed:
 			late++
 			logger.Info("Pod enrolled late: it started while meshlet-cni was not in the CNI chain", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
 		}
@@ -160,4 +214,15 @@ func (f *Fallback) resync(ctx context.Context, lister Lister) {
 	if late > 0 {
 		f.deps.Metrics.LateEnrolled(late)
 	}
+	if len(gone) > 0 || late > 0 {
+		logger.V(2).Info("Resynchronized with the runtime's pods", "pods", len(pods), "forgotten", len(gone), "lateEnrolled", late)
+	}
+}
+
+// deletedSince is whether the agent served the pod's DEL at or after t.
+func (f *Fallback) deletedSince(uid string, t time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.deleted[uid]
+	return ok && !at.Before(t)
 }

@@ -139,6 +139,17 @@ func (c *Core) Enroll(ctx context.Context, pod Pod) (Result, error) {
 	return c.enroll(ctx, pod, HandoverNow)
 }
 
+// EnrollRunning is Enroll for a pod that already runs, found by a listing
+// of the runtime's pods rather than a hook: without a proxy connected it is
+// registered for the next connection instead of failing, since failing
+// would not stop a pod that runs already.
+func (c *Core) EnrollRunning(ctx context.Context, pod Pod) (Result, error) {
+	if pod.UID == "" {
+		return Result{}, errors.New("enroll: pod has no UID")
+	}
+	return c.enroll(ctx, pod, HandoverDeferred)
+}
+
 func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) {
 	s := c.lockSlot(pod.UID, true)
 	defer s.mu.Unlock()

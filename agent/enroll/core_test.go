@@ -475,3 +475,24 @@ func TestEnrolledIPs(t *testing.T) {
 		t.Fatalf("EnrolledIPs = %v, want the enrolled pod's %v", got, a.IPs)
 	}
 }
+
+// TestEnrollRunningDefersTheHandover: a running pod found without a hook
+// is enrolled for the next ztunnel when none is connected; a starting pod
+// (Enroll) is refused instead.
+func TestEnrollRunningDefersTheHandover(t *testing.T) {
+	h := newHarness(t)
+	h.proxy.disconnected = true
+	if _, err := h.core.Enroll(ctx, h.pod("starting", 1, meshOn)); err == nil {
+		t.Fatal("Enroll of a starting pod with no proxy connected succeeded")
+	}
+	res, err := h.core.EnrollRunning(ctx, h.pod("running", 2, meshOn))
+	if err != nil || !res.Enrolled {
+		t.Fatalf("EnrollRunning with no proxy connected = %+v, %v; want enrolled for the next connection", res, err)
+	}
+	if !h.proxy.uids()["running"] {
+		t.Fatal("the running pod was not registered with the proxy")
+	}
+	if _, err := h.core.EnrollRunning(ctx, Pod{}); err == nil {
+		t.Fatal("EnrollRunning of a pod without UID succeeded")
+	}
+}

@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -11,9 +12,9 @@ import (
 	"github.com/meshlet/meshlet/agent/kube"
 )
 
-// TestDaemonSetRemoved: meshlet's own DaemonSet, read with the role of
-// deploy/rbac.yaml, tells an uninstall (deleted, being deleted, or replaced
-// by another of that name) from an update (still there). Without a
+// TestDaemonSetRemoved: meshlet's own DaemonSet, read and watched with the
+// role of deploy/rbac.yaml, tells an uninstall (deleted, being deleted, or
+// replaced by another of that name) from an update (still there). Without a
 // controller-manager here the pod's owner reference is set by hand and a
 // foreground deletion stays pending, which is what a stopping meshlet
 // sees while the garbage collector works.
@@ -53,12 +54,26 @@ func TestDaemonSetRemoved(t *testing.T) {
 		}
 	}
 	check("DaemonSet in place (an update)", "meshlet-a", false, false)
+	// The watch sees the deletion below while the role still allows it.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := kube.WatchDaemonSet(wctx, rc, ns, "meshlet-a")
+	if w.Removed() {
+		t.Fatal("watch: DaemonSet removed while it is in place")
+	}
 	check("pod without a DaemonSet", "loose", false, true)
 	check("pod gone", "nosuchpod", false, true)
 
 	fg := metav1.DeletePropagationForeground
 	must(t, c.AppsV1().DaemonSets(ns).Delete(ctx, "meshlet", metav1.DeleteOptions{PropagationPolicy: &fg}))
 	check("DaemonSet being deleted", "meshlet-a", true, false)
+	deadline := time.Now().Add(10 * time.Second)
+	for !w.Removed() {
+		if time.Now().After(deadline) {
+			t.Fatal("watch: the DaemonSet's deletion not seen within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	// Gone for good, then a new DaemonSet of the same name: the pod's
 	// owner is still gone.

@@ -15,22 +15,28 @@ import (
 
 // BenchmarkChainAdd measures a pod's ADD through the pod network's chain
 // (bridge with host-local) without and with meshlet-cni at its end, the
-// pod enrolled for real (rules in its namespace, ztunnel's ack). Each
-// iteration is a new pod; its namespace's creation, DEL and destruction
-// are not timed. meshlet-cni's cost is the difference of the p50s (its
-// target: 5 ms).
+// pod enrolled for real (rules in its namespace, ztunnel's ack), and with
+// the smallest Go chained plugin there instead (testdata/passthrough): the
+// floor of starting any Go plugin process on the machine. Each iteration
+// is a new pod; its namespace's creation, DEL and destruction are not
+// timed. meshlet-cni's cost is the difference of the p50s (its target:
+// 5 ms); what it adds beyond the passthrough is its own work.
 func BenchmarkChainAdd(b *testing.B) {
 	const v = "1.0.0" // the newest Debian's plugins speak
-	for _, with := range []bool{false, true} {
-		name := map[bool]string{false: "without-meshlet", true: "with-meshlet"}[with]
+	for _, last := range []string{"", passthrough, "meshlet-cni"} {
+		with := last == "meshlet-cni"
+		name := map[string]string{"": "without-meshlet", passthrough: "with-go-passthrough", "meshlet-cni": "with-meshlet"}[last]
 		b.Run(name, func(b *testing.B) {
 			n := newNode(b)
 			cni := n.cni(pluginDir(b, v))
 			var a *agent
 			var meshlet map[string]any
-			if with {
+			switch last {
+			case "meshlet-cni":
 				a = startAgent(b, n)
 				meshlet = a.meshlet(nil)
+			case passthrough:
+				meshlet = map[string]any{"type": passthrough}
 			}
 			list := n.conflist(b, v, meshlet)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -69,8 +75,8 @@ func BenchmarkChainAdd(b *testing.B) {
 				if err := n.del(ctx, cni, list, p); err != nil {
 					b.Fatalf("DEL: %v", err)
 				}
-				if with {
-					plugin = append(plugin, n.exec.last(b, "meshlet-cni", "ADD").took)
+				if last != "" {
+					plugin = append(plugin, n.exec.last(b, last, "ADD").took)
 				}
 				n.exec.forget()
 				return took
@@ -86,11 +92,14 @@ func BenchmarkChainAdd(b *testing.B) {
 				lat = append(lat, one())
 			}
 			latency.Report(b, lat)
-			if with {
-				// meshlet-cni's own run (exec to exit), as libcni timed
-				// it: the cost the p50s' difference shows, without the
-				// noise of two runs; and the agent's enrollment inside it.
+			if last != "" {
+				// The last plugin's own run (exec to exit), as libcni
+				// timed it: the cost the p50s' difference shows, without
+				// the noise of two runs.
 				b.ReportMetric(p50(plugin), "plugin-p50-µs")
+			}
+			if with {
+				// The agent's enrollment inside meshlet-cni's run.
 				b.ReportMetric(p50(a.core.enrollTimes()), "enroll-p50-µs")
 			}
 		})

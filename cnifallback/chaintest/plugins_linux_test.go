@@ -23,6 +23,9 @@ const debianPlugins = "/usr/lib/cni"
 // Debian's speak at most 1.0.0.
 const upstreamEnv = "MESHLET_CNI_PLUGINS"
 
+// passthrough is the smallest Go chained plugin (testdata/passthrough).
+const passthrough = "passthrough"
+
 // interfacePlugins are the plugins of the pod network meshlet-cni is
 // chained after, linked next to it.
 var interfacePlugins = []string{"bridge", "host-local", "loopback"}
@@ -95,12 +98,18 @@ func pluginDir(t testing.TB, v string) string {
 			t.Fatalf("build meshlet-cni: %v\n%s", err, out)
 		}
 		built.plugin = bin
+		// The floor any Go chained plugin pays (the benchmark's baseline).
+		cmd = exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", filepath.Join(built.root, passthrough), "./testdata/passthrough")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", passthrough, err, out)
+		}
 	}
 	dir := filepath.Join(built.root, fmt.Sprintf("bin%d", len(built.dirs)))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	links := map[string]string{"meshlet-cni": built.plugin}
+	links := map[string]string{"meshlet-cni": built.plugin, passthrough: filepath.Join(built.root, passthrough)}
 	for _, p := range interfacePlugins {
 		links[p] = filepath.Join(src, p)
 	}

@@ -94,7 +94,7 @@ func TestRunningPodsOnContainerd(t *testing.T) {
 		t.Errorf("Runtime() = %q, %q; want containerd v2.x", name, version)
 	}
 
-	if pods, err := l.RunningPods(ctx); err != nil || pods == nil || len(pods) != 0 {
+	if pods, _, err := l.RunningPods(ctx); err != nil || pods == nil || len(pods) != 0 {
 		t.Fatalf("RunningPods before any pod = %v, %v; want an empty, non-nil list", pods, err)
 	}
 
@@ -118,7 +118,7 @@ func TestRunningPodsOnContainerd(t *testing.T) {
 	}
 
 	start := time.Now()
-	pods, err := l.RunningPods(ctx)
+	pods, _, err := l.RunningPods(ctx)
 	t.Logf("RunningPods with 2 sandboxes: %v", time.Since(start).Round(time.Microsecond))
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestRunningPodsOnContainerd(t *testing.T) {
 	if info, err := e.InspectPod(webID); err != nil || info.State != "SANDBOX_NOTREADY" {
 		t.Fatalf("stopped sandbox state = %q, %v; want SANDBOX_NOTREADY", info.State, err)
 	}
-	pods, err = l.RunningPods(ctx)
+	pods, _, err = l.RunningPods(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,14 +177,14 @@ func TestRunningPodsOnContainerd(t *testing.T) {
 	if err := e.RemovePod(webID); err != nil {
 		t.Fatal(err)
 	}
-	pods, err = l.RunningPods(ctx)
+	pods, _, err = l.RunningPods(ctx)
 	if err != nil || len(pods) != 1 || pods[0].UID != agent.UID {
 		t.Errorf("after removing %s: RunningPods = %+v, %v; want only %s", web.UID, pods, err, agent.UID)
 	}
 	if err := e.RemovePod(agentID); err != nil {
 		t.Fatal(err)
 	}
-	if pods, err = l.RunningPods(ctx); err != nil || pods == nil || len(pods) != 0 {
+	if pods, _, err = l.RunningPods(ctx); err != nil || pods == nil || len(pods) != 0 {
 		t.Errorf("after removing every pod: RunningPods = %+v, %v; want an empty list", pods, err)
 	}
 }

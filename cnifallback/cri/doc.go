@@ -17,14 +17,14 @@
 // namespace is being torn down or is gone, and the core must release the
 // pod. Two outcomes keep the list honest:
 //
-//   - A nil list and an error: the runtime could not be read (listing
-//     failed, or one sandbox's status failed with anything but NotFound).
-//     The list would be incomplete, and reconciling with it would release
-//     running pods, so the daemon must not reconcile; it retries later.
-//   - A list (possibly empty, never nil) and possibly an error: the list is
-//     every ready sandbox except those the error names, which cannot be
-//     enrolled (no network namespace path reported for a pod network, no
-//     UID). The daemon logs the error and reconciles.
+//   - A nil list and an error: the runtime could not be listed. Reconciling
+//     with nothing would release running pods, so the daemon must not
+//     reconcile; it retries later.
+//   - A list (possibly empty, never nil) and the UIDs of ready sandboxes
+//     left out of it, with an error naming them: their status could not be
+//     read, or they cannot be enrolled (no network namespace path reported
+//     for a pod network). They are running: the daemon must not take them
+//     for gone.
 //
 // A sandbox removed between the list and its status is skipped silently.
 // A sandbox whose RunPodSandbox is still in progress (its CNI ADD running)

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -223,7 +224,7 @@ func TestRunningPods(t *testing.T) {
 	}
 	defer l.Close()
 
-	pods, err := l.RunningPods(ctx)
+	pods, unreadable, err := l.RunningPods(ctx)
 	var uids []string
 	for _, p := range pods {
 		uids = append(uids, p.UID)
@@ -241,25 +242,28 @@ func TestRunningPods(t *testing.T) {
 		strings.Contains(err.Error(), "gone") || strings.Contains(err.Error(), "stopping") {
 		t.Errorf("RunningPods error = %v; want one naming the sandboxes nonetns and nonetns2 only", err)
 	}
+	if strings.Join(unreadable, ",") != "uid-nonetns,uid-nonetns2" {
+		t.Errorf("RunningPods unreadable = %q; want the running sandboxes left out", unreadable)
+	}
 	for _, v := range f.verbose {
 		if !v {
 			t.Error("PodSandboxStatus called without verbose")
 		}
 	}
 
-	// Any other status failure: the list would be incomplete.
+	// Any other status failure: that pod is left out, named as running.
 	f.errs["ok2"] = status.Error(codes.Unavailable, "shim not answering")
-	if pods, err := l.RunningPods(ctx); pods != nil || err == nil || !strings.Contains(err.Error(), "ok2") {
-		t.Errorf("RunningPods with a failing status = %v, %v; want no list and an error naming ok2", pods, err)
+	if pods, unreadable, err := l.RunningPods(ctx); len(pods) != 2 || !slices.Contains(unreadable, "uid-ok2") || err == nil || !strings.Contains(err.Error(), "ok2") {
+		t.Errorf("RunningPods with a failing status = %v, %v, %v; want the other pods, uid-ok2 unreadable and an error naming ok2", pods, unreadable, err)
 	}
 	f.listErr = status.Error(codes.Internal, "boom")
-	if pods, err := l.RunningPods(ctx); pods != nil || err == nil {
+	if pods, _, err := l.RunningPods(ctx); pods != nil || err == nil {
 		t.Errorf("RunningPods with a failing list = %v, %v; want no list and an error", pods, err)
 	}
 
 	// No sandboxes: an empty list, not nil (nil means do not reconcile).
 	f.listErr, f.sandboxes = nil, nil
-	if pods, err := l.RunningPods(ctx); pods == nil || len(pods) != 0 || err != nil {
+	if pods, _, err := l.RunningPods(ctx); pods == nil || len(pods) != 0 || err != nil {
 		t.Errorf("RunningPods on an empty node = %#v, %v; want an empty list", pods, err)
 	}
 }

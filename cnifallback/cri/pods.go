@@ -16,12 +16,14 @@ import (
 // RunningPods returns the pods of the node's ready sandboxes, for the
 // core's Reconcile. ctx bounds every call to the runtime.
 //
-// A nil list with an error: the runtime could not be read and the daemon
-// must not reconcile (the list would be incomplete). A non-nil list with
-// an error: the error names the ready sandboxes left out because they
-// cannot be enrolled; the list is otherwise complete. See the package
-// documentation.
-func (l *Lister) RunningPods(ctx context.Context) ([]enroll.Pod, error) {
+// A nil list and an error: the runtime could not be listed, and the daemon
+// must not reconcile. Otherwise the list (possibly empty, never nil) holds
+// every ready sandbox except those in unreadable: the UIDs of ready
+// sandboxes whose status could not be read or cannot be enrolled (no
+// network namespace path reported for a pod network); err then names
+// them. Those pods are running: the daemon must not take them for gone.
+// See the package documentation.
+func (l *Lister) RunningPods(ctx context.Context) (pods []enroll.Pod, unreadable []string, err error) {
 	logger := klog.FromContext(ctx)
 	resp, err := l.client.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{
 		Filter: &runtimeapi.PodSandboxFilter{
@@ -29,9 +31,9 @@ func (l *Lister) RunningPods(ctx context.Context) ([]enroll.Pod, error) {
 		},
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list pod sandboxes from %s: %w", l.endpoint, err)
+		return nil, nil, fmt.Errorf("list pod sandboxes from %s: %w", l.endpoint, err)
 	}
-	pods := make([]enroll.Pod, 0, len(resp.GetItems()))
+	pods = make([]enroll.Pod, 0, len(resp.GetItems()))
 	var skipped []error
 	for _, sb := range resp.GetItems() {
 		// The filter is the runtime's; a sandbox it let through that is
@@ -46,7 +48,9 @@ func (l *Lister) RunningPods(ctx context.Context) ([]enroll.Pod, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("pod sandbox status %s (pod %s): %w", id, podRef(sb.GetMetadata()), err)
+			unreadable = append(unreadable, sb.GetMetadata().GetUid())
+			skipped = append(skipped, fmt.Errorf("pod sandbox status %s (pod %s): %w", id, podRef(sb.GetMetadata()), err))
+			continue
 		}
 		// Stopped between the list and the status.
 		if st.GetStatus().GetState() != runtimeapi.PodSandboxState_SANDBOX_READY {
@@ -57,15 +61,16 @@ func (l *Lister) RunningPods(ctx context.Context) ([]enroll.Pod, error) {
 			logger.Info("Ignoring unparsable pod IPs", "pod", klog.KRef(pod.Namespace, pod.Name), "podSandboxID", id, "ips", bad)
 		}
 		if err != nil {
+			unreadable = append(unreadable, sb.GetMetadata().GetUid())
 			skipped = append(skipped, fmt.Errorf("pod sandbox %s (pod %s): %w", id, podRef(st.GetStatus().GetMetadata()), err))
 			continue
 		}
 		pods = append(pods, pod)
 	}
 	if len(skipped) > 0 {
-		return pods, fmt.Errorf("%d running pod sandbox(es) cannot be enrolled: %w", len(skipped), errors.Join(skipped...))
+		return pods, unreadable, fmt.Errorf("%d running pod sandbox(es) cannot be read or enrolled: %w", len(skipped), errors.Join(skipped...))
 	}
-	return pods, nil
+	return pods, nil, nil
 }
 
 func podRef(md *runtimeapi.PodSandboxMetadata) string {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -80,6 +81,9 @@ func podFromStatus(st *runtimeapi.PodSandboxStatus, info map[string]string) (enr
 		}
 		p.IPs = append(p.IPs, ip.Unmap())
 	}
+	// Sorted, as meshlet's CNI server records them from an ADD: the pod's
+	// record then matches and a restarted meshlet adopts the pod.
+	slices.SortFunc(p.IPs, netip.Addr.Compare)
 	if p.HostNetwork {
 		return p, bad, nil
 	}

@@ -87,8 +87,8 @@ func TestPodFromStatus(t *testing.T) {
 		// not the pod's own namespace and is not reported.
 		{name: "CRI-O host network", st: sandboxStatus(node, "192.0.2.10"), info: fixture(t, "crio-host-network.json"),
 			host: true, ips: []string{"192.0.2.10"}},
-		{name: "IPv6 first, IPv4 and v4-mapped additional", st: sandboxStatus(pod, "fd00::5", "203.0.113.7", "::ffff:203.0.113.8"),
-			info: cdPod, netns: containerdNetns, ips: []string{"fd00::5", "203.0.113.7", "203.0.113.8"}},
+		{name: "IPv6 first, IPv4 and v4-mapped additional: sorted, unmapped", st: sandboxStatus(pod, "fd00::5", "203.0.113.7", "::ffff:203.0.113.8"),
+			info: cdPod, netns: containerdNetns, ips: []string{"203.0.113.7", "203.0.113.8", "fd00::5"}},
 		{name: "unparsable IP reported, pod kept", st: sandboxStatus(pod, "203.0.113.2", "not-an-ip", "fd00::5"),
 			info: cdPod, netns: containerdNetns, ips: []string{"203.0.113.2", "fd00::5"}, bad: []string{"not-an-ip"}},
 		{name: "no network namespace in the info", st: sandboxStatus(pod, "203.0.113.2"),

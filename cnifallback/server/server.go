@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -140,7 +142,11 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) *wire.Response {
 		}
 		return &wire.Response{Outcome: wire.OutcomeEnrolled, Reason: "released"}
 	default: // ADD, CHECK: Enroll is idempotent, so a CHECK is the same call
-		pod := enroll.Pod{UID: req.Pod.UID, Name: req.Pod.Name, Namespace: req.Pod.Namespace, NetnsPath: req.Netns, IPs: req.IPs}
+		// Sorted, as the runtime's pod list gives them (cnifallback/cri):
+		// a restarted meshlet adopts the pod only if its record matches.
+		ips := slices.Clone(req.IPs)
+		slices.SortFunc(ips, netip.Addr.Compare)
+		pod := enroll.Pod{UID: req.Pod.UID, Name: req.Pod.Name, Namespace: req.Pod.Namespace, NetnsPath: req.Netns, IPs: ips}
 		start := time.Now()
 		res, err := s.core.Enroll(ctx, pod)
 		if s.cfg.Observe != nil && (err != nil || res.Enrolled && res.Changed) {
