@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"slices"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -107,15 +108,25 @@ func netnsPath(info map[string]string) (string, error) {
 	if err := json.Unmarshal([]byte(raw), &si); err != nil {
 		return "", fmt.Errorf("decode the verbose status %q: %w", infoKey, err)
 	}
+	path := ""
 	if si.RuntimeSpec != nil && si.RuntimeSpec.Linux != nil {
 		for _, ns := range si.RuntimeSpec.Linux.Namespaces {
 			if ns.Type == "network" && ns.Path != "" {
-				return ns.Path, nil
+				path = ns.Path
+				break
 			}
 		}
 	}
-	if si.SandboxMetadata != nil && si.SandboxMetadata.Metadata.NetNSPath != "" {
-		return si.SandboxMetadata.Metadata.NetNSPath, nil
+	if path == "" && si.SandboxMetadata != nil {
+		path = si.SandboxMetadata.Metadata.NetNSPath
 	}
-	return "", errNoNetns
+	switch {
+	case path == "":
+		return "", errNoNetns
+	case !filepath.IsAbs(path):
+		// Opened by the agent, whose working directory is not the
+		// runtime's: a relative path would name another file.
+		return "", fmt.Errorf("network namespace path %q is not absolute", path)
+	}
+	return path, nil
 }
