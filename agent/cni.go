@@ -12,7 +12,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/cnifallback/cri"
@@ -95,46 +94,6 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redir
 			}
 		}})
 	return fb, nil
-}
-
-// uninstallCNIOnStop removes meshlet-cni from the chain when meshlet's
-// DaemonSet is being deleted, and keeps it otherwise: on an update, a
-// restart or a node shutdown the plugin stays, so pods wait for the next
-// meshlet (they fail closed) instead of mesh pods starting unmeshed. The
-// binary stays either way: a runtime that cached a pod's configuration
-// (CRI-O) runs it for that pod's DEL, which then succeeds.
-func uninstallCNIOnStop(ctx context.Context, cfg Config, api *apiClients, ds *kube.DaemonSetWatch) {
-	logger := klog.FromContext(ctx)
-	keep := func(why string) {
-		logger.Info("Keeping meshlet-cni in the CNI chain: pods outside its excluded namespaces wait for the next meshlet; meshlet uninstall-cni removes it",
-			"why", why)
-	}
-	if api == nil || cfg.PodName == "" {
-		keep("meshlet's own pod is not known (--pod-name)")
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if ds == nil || !ds.Removed() {
-		removed, err := kube.DaemonSetRemoved(ctx, api.client, cfg.PodNamespace, cfg.PodName)
-		if err != nil {
-			keep(err.Error())
-			return
-		}
-		if !removed {
-			keep("meshlet's DaemonSet remains (an update or a restart)")
-			return
-		}
-	}
-	icfg, err := installConfig(cfg, false)
-	if err == nil {
-		err = uninstall(ctx, icfg)
-	}
-	if err != nil {
-		logger.Error(err, "Removing meshlet-cni from the CNI chain: remove it with meshlet uninstall-cni")
-		return
-	}
-	logger.Info("Removed meshlet-cni from the CNI chain: meshlet's DaemonSet is deleted")
 }
 
 // removeStaleCNI takes meshlet-cni out of the CNI chain on a node served

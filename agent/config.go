@@ -79,13 +79,16 @@ type Config struct {
 	// API). In CNI mode they tell an uninstall (the DaemonSet deleted)
 	// from an update, which keeps meshlet-cni in the chain.
 	PodName, PodNamespace string
+	// UnmeshOnUninstall takes every pod out of the mesh (ztunnel Del,
+	// in-pod rules removed) when meshlet's DaemonSet is deleted.
+	UnmeshOnUninstall bool
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
 // socket path, the runtime's NRI socket, nftables redirection.
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
-		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: ":9880", MetricsAddr: ":9881", Policy: policy.Defaults(),
+		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: "127.0.0.1:9880", MetricsAddr: ":9881", Policy: policy.Defaults(),
 		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig(), CNI: cnifallback.DefaultConfig()}
 }
 
@@ -121,8 +124,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.CNI.OwnConflist, "cni-own-conflist", c.CNI.OwnConflist, "CNI mode: write "+install.OwnConflistName+" (a copy of the primary conflist with meshlet-cni appended) instead of editing the primary")
 	fs.StringVar(&c.CNI.PluginBinary, "cni-plugin-binary", c.CNI.PluginBinary, "CNI mode: the meshlet-cni binary to install (default: meshlet-cni next to the meshlet executable)")
 	fs.StringVar(&c.CNI.CRISocket, "cri-socket", c.CNI.CRISocket, "the runtime's CRI socket, for CNI mode's list of running pods and --mode auto (default: the first of "+strings.Join(cri.DefaultEndpoints, ", ")+" that answers)")
-	fs.StringVar(&c.PodName, "pod-name", c.PodName, "meshlet's own pod name (DaemonSet: downward API metadata.name); in CNI mode a stop removes meshlet-cni only when this pod's DaemonSet is deleted")
+	fs.StringVar(&c.PodName, "pod-name", c.PodName, "meshlet's own pod name (DaemonSet: downward API metadata.name); a stop removes meshlet's state from the node (meshlet-cni, node rules, state files, ResourceSlices) only when this pod's DaemonSet is deleted")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "meshlet's own pod namespace (DaemonSet: downward API metadata.namespace)")
+	fs.BoolVar(&c.UnmeshOnUninstall, "unmesh-on-uninstall", c.UnmeshOnUninstall, "when meshlet's DaemonSet is deleted (needs --pod-name), take every pod out of the mesh before exiting: ztunnel Del, in-pod rules removed (default: running pods keep their rules until they stop)")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
 }
 

@@ -23,13 +23,13 @@ import (
 
 // Run runs the daemon until ctx ends or a component fails. Shutdown is
 // ordered: the pod source goes first (no new pods: the NRI plugin, or CNI
-// mode's server, whose plugin stays chained unless meshlet's DaemonSet is
-// deleted), then the DRA kubelet plugin (its device tainted first), then
-// the API watchers, then the checkpoint writer (a last write), then the
-// ZDS server, then the HTTP endpoints, and last the node lock. Enrolled
-// pods keep their rules: an agent restart or upgrade must not unmesh
-// running pods (the next agent re-adopts them, and ztunnel keeps proxying
-// meanwhile).
+// mode's server), then the DRA kubelet plugin (its device tainted first),
+// then the API watchers, then the checkpoint writer (a last write), then
+// the ZDS server, then the HTTP endpoints, and last the node lock.
+// Enrolled pods keep their rules: an agent restart or upgrade must not
+// unmesh running pods (the next agent re-adopts them, and ztunnel keeps
+// proxying meanwhile). Only when meshlet's DaemonSet is deleted does a
+// stopping meshlet also take its state off the node (see uninstalling).
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if err := cfg.Validate(); err != nil {
@@ -132,17 +132,9 @@ func Run(ctx context.Context, cfg Config) error {
 		m = newMetrics(reg, core, server.Connections, nil, nil)
 	}
 	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.mode.WithLabelValues(string(mode)).Set(1) },
-		build: func(ctx context.Context, mode Mode) (podSource, *kube.DaemonSetWatch, error) {
+		build: func(ctx context.Context, mode Mode) (podSource, error) {
 			if mode == ModeCNI {
-				fb, err := newCNIMode(cfg, core, m, redir)
-				if err != nil {
-					return nil, nil, err
-				}
-				var ds *kube.DaemonSetWatch
-				if api != nil && cfg.PodName != "" {
-					ds = kube.WatchDaemonSet(ctx, api.client, cfg.PodNamespace, cfg.PodName)
-				}
-				return fb, ds, nil
+				return newCNIMode(cfg, core, m, redir)
 			}
 			removeStaleCNI(ctx, cfg)
 			nriCfg := cfg.NRI
@@ -153,7 +145,7 @@ func Run(ctx context.Context, cfg Config) error {
 					logger.Error(err, "Cleaning node-side state of pods removed while meshlet was away")
 				}
 			}
-			return nriplugin.New(nriCfg, core, m), nil, nil
+			return nriplugin.New(nriCfg, core, m), nil
 		}}
 	if driver != nil {
 		driver.Lead(draplugin.Node{State: nodeState(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
@@ -219,6 +211,10 @@ func Run(ctx context.Context, cfg Config) error {
 		runCheckpointer(ctx, cfg.StateDir, core)
 		return nil
 	})
+	var daemonSet *kube.DaemonSetWatch
+	if api != nil && cfg.PodName != "" {
+		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
+	}
 	stopSource := start("pod source", source.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "version", version.String())
@@ -227,13 +223,32 @@ func Run(ctx context.Context, cfg Config) error {
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
 	stopSource()
-	if cni, ds := source.cniMode(); cni {
-		uninstallCNIOnStop(ctx, cfg, api, ds)
+	// Deleting meshlet's DaemonSet uninstalls it: its state leaves the
+	// node. An update, a restart or a node shutdown keeps it all.
+	uninstall := uninstalling(ctx, cfg, api, daemonSet)
+	if uninstall && cfg.UnmeshOnUninstall {
+		if err := core.UnmeshAll(context.WithoutCancel(ctx)); err != nil {
+			logger.Error(err, "Taking pods out of the mesh before uninstalling")
+		}
+	}
+	switch {
+	case uninstall:
+		removeCNIChain(ctx, cfg)
+	case source.cniMode():
+		logger.Info("Keeping meshlet-cni in the CNI chain: pods outside its excluded namespaces wait for the next meshlet; meshlet uninstall-cni removes it")
 	}
 	stopDRA()
+	if uninstall && driver != nil {
+		if err := kube.DeleteResourceSlices(context.WithoutCancel(ctx), api.client, cfg.NodeName, cfg.DRA.DriverName); err != nil {
+			logger.Error(err, "Deleting the node's mesh ResourceSlices")
+		}
+	}
 	stopAPI()
 	stopCheckpoint() // writes the final state
 	stopZDS()
+	if uninstall {
+		removeNodeState(logger, cfg, redir)
+	}
 	if ctx.Err() != nil {
 		return nil // asked to stop: a clean shutdown
 	}

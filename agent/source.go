@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/nriplugin"
 )
@@ -33,7 +32,7 @@ type modeSource struct {
 	cfg Config
 	// build makes the source for the mode picked; ctx is the source's
 	// lifetime.
-	build  func(context.Context, Mode) (podSource, *kube.DaemonSetWatch, error)
+	build  func(context.Context, Mode) (podSource, error)
 	onPick func(Mode)
 	picked atomic.Pointer[pickedSource]
 }
@@ -41,9 +40,6 @@ type modeSource struct {
 type pickedSource struct {
 	mode   Mode
 	source podSource
-	// daemonSet follows meshlet's DaemonSet in CNI mode (nil without an
-	// API server or --pod-name), for the uninstall decision.
-	daemonSet *kube.DaemonSetWatch
 }
 
 func (s *modeSource) Run(ctx context.Context) error {
@@ -58,12 +54,12 @@ func (s *modeSource) Run(ctx context.Context) error {
 	if mode == ModeCNI && s.cfg.Standalone {
 		return errStandaloneCNI
 	}
-	src, ds, err := s.build(ctx, mode)
+	src, err := s.build(ctx, mode)
 	if err != nil {
 		return err
 	}
 	logger.Info("Pod source selected", "mode", mode, "why", why)
-	s.picked.Store(&pickedSource{mode: mode, source: src, daemonSet: ds})
+	s.picked.Store(&pickedSource{mode: mode, source: src})
 	s.onPick(mode)
 	return src.Run(ctx)
 }
@@ -87,10 +83,8 @@ func (s *modeSource) notReady() error {
 	return errors.New("not connected to the container runtime (NRI)")
 }
 
-// cniMode is whether CNI mode was picked, and its DaemonSet watch.
-func (s *modeSource) cniMode() (bool, *kube.DaemonSetWatch) {
-	if p := s.picked.Load(); p != nil && p.mode == ModeCNI {
-		return true, p.daemonSet
-	}
-	return false, nil
+// cniMode is whether CNI mode was picked.
+func (s *modeSource) cniMode() bool {
+	p := s.picked.Load()
+	return p != nil && p.mode == ModeCNI
 }

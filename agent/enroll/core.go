@@ -234,6 +234,27 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 	return errors.Join(errs...)
 }
 
+// UnmeshAll takes every enrolled pod out of the mesh, its in-pod rules
+// removed: meshlet is being uninstalled and was asked to leave no pod
+// redirected to a ztunnel that may be going too.
+func (c *Core) UnmeshAll(ctx context.Context) error {
+	c.mu.RLock()
+	uids := make([]string, 0, len(c.slots))
+	for uid := range c.slots {
+		uids = append(uids, uid)
+	}
+	c.mu.RUnlock()
+	errs := c.parallel(len(uids), func(i int) error {
+		s := c.lockSlot(uids[i], false)
+		if s == nil {
+			return nil
+		}
+		defer s.mu.Unlock()
+		return c.release(ctx, s, RemoveAll, StateReleased, "meshlet uninstalled")
+	})
+	return errors.Join(errs...)
+}
+
 // Reevaluate re-decides every running pod the core knows (policy inputs
 // such as namespace labels changed): pods that now qualify are enrolled,
 // pods that no longer do are released with their in-pod rules removed.

@@ -496,3 +496,32 @@ func TestEnrollRunningDefersTheHandover(t *testing.T) {
 		t.Fatal("EnrollRunning of a pod without UID succeeded")
 	}
 }
+
+// TestUnmeshAll: an uninstall that must leave no pod redirected takes
+// every enrolled pod out: ztunnel Del and the in-pod rules removed.
+func TestUnmeshAll(t *testing.T) {
+	h := newHarness(t)
+	for i, uid := range []string{"a", "b"} {
+		if _, err := h.core.Enroll(ctx, h.pod(uid, uint64(i+1), meshOn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.core.Enroll(ctx, h.pod("plain", 3, nil)); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if err := h.core.UnmeshAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := h.rec.take()
+	slices.Sort(got)
+	want := []string{"del a", "del b", "remove a inode=1 scope=all", "remove b inode=2 scope=all"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("calls\n got  %q\n want %q", got, want)
+	}
+	for _, uid := range []string{"a", "b"} {
+		if st, _ := h.core.Status(uid); st.State != StateReleased {
+			t.Fatalf("pod %s: state %v after UnmeshAll, want released", uid, st.State)
+		}
+	}
+}

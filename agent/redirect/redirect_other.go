@@ -35,3 +35,6 @@ func (*Redirector) Close() error { return errUnsupported }
 
 // RetainNodeState is only implemented on Linux.
 func (*Redirector) RetainNodeState([]netip.Addr) error { return errUnsupported }
+
+// UninstallNode is only implemented on Linux.
+func (*Redirector) UninstallNode() error { return errUnsupported }

@@ -148,3 +148,8 @@ func (r *Redirector) RetainNodeState(keep []netip.Addr) error { return r.host.Re
 // Close releases the redirector's resources and leaves every rule in place
 // (an agent restart must not unmesh running pods).
 func (r *Redirector) Close() error { return r.host.Close() }
+
+// UninstallNode removes every node-side object meshlet created (the probe
+// SNAT table, or chain and ipsets): meshlet is being uninstalled. Pods'
+// own rules are not touched.
+func (r *Redirector) UninstallNode() error { return r.host.Uninstall() }

@@ -1,0 +1,73 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/agent/state"
+	"github.com/meshlet/meshlet/draplugin"
+)
+
+// uninstalling is whether this meshlet stops because its DaemonSet is
+// deleted (or being deleted): it is the node's last, and takes its state
+// off the node. On an update, a restart or a node shutdown the DaemonSet
+// remains and everything stays for the next meshlet. The watch has
+// usually seen the deletion already; otherwise the API server is asked
+// once. Without meshlet's own pod (--pod-name) or an answer, it keeps
+// everything: removing the CNI chain or the checkpoint of a meshlet that
+// is only restarting would let mesh pods start unmeshed.
+func uninstalling(ctx context.Context, cfg Config, api *apiClients, ds *kube.DaemonSetWatch) bool {
+	logger := klog.FromContext(ctx)
+	if api == nil || cfg.PodName == "" {
+		logger.V(2).Info("Not checking for an uninstall: meshlet's own pod is not known (--pod-name)")
+		return false
+	}
+	if ds != nil && ds.Removed() {
+		logger.Info("meshlet's DaemonSet is deleted: removing meshlet's state from the node")
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	removed, err := kube.DaemonSetRemoved(ctx, api.client, cfg.PodNamespace, cfg.PodName)
+	switch {
+	case err != nil:
+		logger.Info("Keeping meshlet's state on the node: cannot tell an uninstall from an update", "err", err)
+		return false
+	case removed:
+		logger.Info("meshlet's DaemonSet is deleted: removing meshlet's state from the node")
+		return true
+	}
+	return false
+}
+
+// removeCNIChain takes meshlet-cni out of the runtime's CNI configuration
+// (in either mode: an entry left behind would fail every pod outside its
+// excluded namespaces). The binary stays (see removeStaleCNI).
+func removeCNIChain(ctx context.Context, cfg Config) {
+	removeStaleCNI(context.WithoutCancel(ctx), cfg)
+}
+
+// removeNodeState removes the node-side rules (probe SNAT) and the state
+// files. Pods' own rules stay until they stop, unless --unmesh-on-uninstall
+// released them first. The node lock file stays: it is held until exit.
+func removeNodeState(logger klog.Logger, cfg Config, redir *redirect.Redirector) {
+	if err := redir.UninstallNode(); err != nil {
+		logger.Error(err, "Removing meshlet's node-side rules")
+	}
+	var errs []error
+	for _, name := range []string{state.FileName, draplugin.ClaimsFileName} {
+		if err := os.Remove(filepath.Join(cfg.StateDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		logger.Error(err, "Removing meshlet's state files", "stateDir", cfg.StateDir)
+	}
+}
