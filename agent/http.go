@@ -50,6 +50,11 @@ func listenHTTP(name, addr string, h http.Handler) (*httpServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s listener on %s: %w", name, addr, err)
 	}
+	return serveHTTP(ln, h), nil
+}
+
+// serveHTTP serves h on ln in the background.
+func serveHTTP(ln net.Listener, h http.Handler) *httpServer {
 	s := &httpServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}, ln: ln, done: make(chan error, 1)}
 	go func() {
 		err := s.srv.Serve(ln)
@@ -58,7 +63,7 @@ func listenHTTP(name, addr string, h http.Handler) (*httpServer, error) {
 		}
 		s.done <- err
 	}()
-	return s, nil
+	return s
 }
 
 // Addr is the bound address (useful with port 0).

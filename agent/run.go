@@ -186,6 +186,11 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		servers = append(servers, s)
 	}
+	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, source.current, core, server.Connections))
+	if err != nil {
+		return err
+	}
+	servers = append(servers, debug)
 	if cfg.MetricsAddr != "" {
 		s, err := listenHTTP("metrics", cfg.MetricsAddr, metricsHandler(reg))
 		if err != nil {

@@ -88,3 +88,11 @@ func (s *modeSource) cniMode() bool {
 	p := s.picked.Load()
 	return p != nil && p.mode == ModeCNI
 }
+
+// current names the pod source in use, or says that it is being chosen.
+func (s *modeSource) current() string {
+	if p := s.picked.Load(); p != nil {
+		return string(p.mode)
+	}
+	return "choosing (--mode " + string(s.cfg.Mode) + ")"
+}

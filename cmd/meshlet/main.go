@@ -23,6 +23,9 @@ func main() { os.Exit(run(os.Args[1:], os.Environ(), os.Stderr)) }
 var commands = map[string]func(context.Context, agent.Config) error{
 	"install-cni":   agent.InstallCNI,
 	"uninstall-cni": agent.UninstallCNI,
+	"status": func(ctx context.Context, cfg agent.Config) error {
+		return agent.Status(ctx, cfg, os.Stdout)
+	},
 }
 
 // run is the daemon, or one of commands; it returns the exit status: 2 for
@@ -42,8 +45,9 @@ func run(args, environ []string, stderr io.Writer) int {
 	agent.DescribeEnv(fs)
 	flagsUsage := fs.Usage
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "meshlet [install-cni | uninstall-cni] [flags]\n"+
-			"Without a command, meshlet runs the node agent. install-cni chains meshlet-cni into the\n"+
+		fmt.Fprint(fs.Output(), "meshlet [status | install-cni | uninstall-cni] [flags]\n"+
+			"Without a command, meshlet runs the node agent. status prints the node's pods as the running\n"+
+			"meshlet sees them (from its debug socket in --state-dir). install-cni chains meshlet-cni into the\n"+
 			"runtime's CNI configuration once; uninstall-cni removes what it added (both read the --cni-* flags).\n\n")
 		flagsUsage()
 	}

@@ -1,5 +1,5 @@
-// Package unixsock listens on the Unix SEQPACKET sockets meshlet serves
-// (ztunnel's ZDS socket, the CNI plugin's socket): directory created (and
+// Package unixsock listens on the Unix sockets meshlet serves (ztunnel's
+// ZDS socket, the CNI plugin's socket, the local debug socket): directory created (and
 // removed again if listening fails), a stale socket replaced, anything
 // else at the path refused, the mode set, the file unlinked on close.
 package unixsock
@@ -15,7 +15,16 @@ import (
 
 // ListenPacket listens on a SEQPACKET socket at path with the given mode;
 // missing parent directories are created with dirPerm.
-func ListenPacket(path string, dirPerm, mode fs.FileMode) (_ *net.UnixListener, err error) {
+func ListenPacket(path string, dirPerm, mode fs.FileMode) (*net.UnixListener, error) {
+	return listen("unixpacket", path, dirPerm, mode)
+}
+
+// ListenStream is ListenPacket for a stream socket (HTTP).
+func ListenStream(path string, dirPerm, mode fs.FileMode) (*net.UnixListener, error) {
+	return listen("unix", path, dirPerm, mode)
+}
+
+func listen(network, path string, dirPerm, mode fs.FileMode) (_ *net.UnixListener, err error) {
 	undo, err := mkdirAll(filepath.Dir(path), dirPerm)
 	if err != nil {
 		return nil, fmt.Errorf("create socket dir: %w", err)
@@ -28,7 +37,7 @@ func ListenPacket(path string, dirPerm, mode fs.FileMode) (_ *net.UnixListener, 
 	if err := removeStaleSocket(path); err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	ln, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}

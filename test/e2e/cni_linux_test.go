@@ -215,8 +215,20 @@ func TestCNIMode(t *testing.T) {
 	}
 
 	t.Run("mesh pod enrolled before its sandbox returns, plain pod untouched", func(t *testing.T) {
-		enrolledNow(t, m, cc.mustRun(t, cc.apiPod(t, "mesh")))
-		untouched(t, m, cc.mustRun(t, cc.apiPod(t, "plain")))
+		mesh := cc.mustRun(t, cc.apiPod(t, "mesh"))
+		enrolledNow(t, m, mesh)
+		plain := cc.mustRun(t, cc.apiPod(t, "plain"))
+		untouched(t, m, plain)
+		// meshlet status shows both, from the daemon's debug socket.
+		out, err := exec.Command(cc.env.Meshlet, "status", "--state-dir="+cc.env.MeshletStateDir()).CombinedOutput()
+		if err != nil {
+			t.Fatalf("meshlet status: %v\n%s", err, out)
+		}
+		for _, want := range []string{"mode cni", mesh.spec.Name, "enrolled", fmt.Sprint(inode(t, mesh.info.NetnsPath)), "acked", plain.spec.Name, "skipped"} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("meshlet status lacks %q:\n%s", want, out)
+			}
+		}
 	})
 
 	t.Run("removed pod released", func(t *testing.T) {

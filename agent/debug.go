@@ -1,0 +1,153 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/internal/unixsock"
+)
+
+// DebugSocketName is the local debug socket in --state-dir: /debug/pods
+// over HTTP, mode 0600 (root only), never on a network address.
+const DebugSocketName = "debug.sock"
+
+// debugPods is /debug/pods: the node's pods as meshlet sees them.
+type debugPods struct {
+	Node               string     `json:"node"`
+	Mode               string     `json:"mode"`
+	ZtunnelConnections int        `json:"ztunnelConnections"`
+	Pods               []debugPod `json:"pods"`
+}
+
+type debugPod struct {
+	Namespace  string    `json:"namespace"`
+	Name       string    `json:"name"`
+	UID        string    `json:"uid"`
+	State      string    `json:"state"`
+	Since      time.Time `json:"since"`
+	Reason     string    `json:"reason,omitempty"`
+	NetnsInode uint64    `json:"netnsInode,omitempty"`
+	// Redirection is the in-pod rules' account (backend, families,
+	// captures), for an enrolled pod.
+	Redirection string `json:"redirection,omitempty"`
+	// Ztunnel is "acked" for an enrolled pod while a ztunnel is connected
+	// (it acknowledged the pod, or got it in its snapshot), "queued" while
+	// none is (the next one gets it).
+	Ztunnel string `json:"ztunnel,omitempty"`
+}
+
+// podsView is what /debug/pods reads from the core.
+type podsView interface {
+	Pods() []enroll.PodStatus
+	Record(uid string) (enroll.Record, bool)
+}
+
+var _ podsView = (*enroll.Core)(nil)
+
+func debugHandler(node string, mode func() string, core podsView, ztunnels func() int) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pods", func(w http.ResponseWriter, _ *http.Request) {
+		out := debugPods{Node: node, Mode: mode(), ZtunnelConnections: ztunnels(), Pods: []debugPod{}}
+		for _, p := range core.Pods() {
+			d := debugPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, State: p.State.String(), Since: p.Since,
+				Reason: p.Reason, NetnsInode: p.NetnsInode}
+			if r, ok := core.Record(p.UID); ok && p.State == enroll.StateEnrolled {
+				d.Redirection = r.Redirection
+				d.Ztunnel = "queued"
+				if out.ZtunnelConnections > 0 {
+					d.Ztunnel = "acked"
+				}
+			}
+			out.Pods = append(out.Pods, d)
+		}
+		slices.SortFunc(out.Pods, func(a, b debugPod) int {
+			return strings.Compare(a.Namespace+"/"+a.Name+"/"+a.UID, b.Namespace+"/"+b.Name+"/"+b.UID)
+		})
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	return mux
+}
+
+// listenDebug serves h on the debug socket in stateDir.
+func listenDebug(stateDir string, h http.Handler) (*httpServer, error) {
+	ln, err := unixsock.ListenStream(filepath.Join(stateDir, DebugSocketName), 0o700, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("debug socket: %w", err)
+	}
+	return serveHTTP(ln, h), nil
+}
+
+// Status prints the node's pods as the running meshlet sees them (meshlet
+// status), from its debug socket in --state-dir.
+func Status(ctx context.Context, cfg Config, w io.Writer) error {
+	path := filepath.Join(cfg.StateDir, DebugSocketName)
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet/debug/pods", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("ask the running meshlet at %s (is it running, with this --state-dir?): %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", path, resp.Status)
+	}
+	var v debugPods
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return fmt.Errorf("decode /debug/pods: %w", err)
+	}
+	return printStatus(w, v, time.Now())
+}
+
+func printStatus(w io.Writer, v debugPods, now time.Time) error {
+	fmt.Fprintf(w, "node %s, mode %s, %d ztunnel connection(s), %d pod(s)\n\n", v.Node, v.Mode, v.ZtunnelConnections, len(v.Pods))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tNETNS\tREDIRECTION\tZTUNNEL")
+	for _, p := range v.Pods {
+		netns := "-"
+		if p.NetnsInode != 0 {
+			netns = fmt.Sprint(p.NetnsInode)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.State, age(now.Sub(p.Since)),
+			dash(p.Reason), netns, dash(p.Redirection), dash(p.Ztunnel))
+	}
+	return errors.Join(tw.Flush())
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// age is a duration as kubectl shows ages: 5s, 3m, 2h, 4d.
+func age(d time.Duration) string {
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+)
+
+// fakePods stands in for the core (its states are tested in agent/enroll).
+type fakePods struct{}
+
+func (fakePods) Pods() []enroll.PodStatus {
+	since := time.Now().Add(-90 * time.Second)
+	return []enroll.PodStatus{
+		{UID: "u2", Name: "web", Namespace: "shop", State: enroll.StateEnrolled, NetnsInode: 4026532000, Since: since},
+		{UID: "u1", Name: "db", Namespace: "legacy", State: enroll.StateSkipped, Reason: "not-selected", Since: since},
+	}
+}
+
+func (fakePods) Record(uid string) (enroll.Record, bool) {
+	if uid == "u2" {
+		return enroll.Record{UID: uid, Redirection: "nftables/v1 ipv4 inbound-capture"}, true
+	}
+	return enroll.Record{}, false
+}
+
+func TestDebugPodsAndStatus(t *testing.T) {
+	h := debugHandler("node-a", func() string { return "nri" }, fakePods{}, func() int { return 1 })
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
+	var v debugPods
+	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Node != "node-a" || v.Mode != "nri" || len(v.Pods) != 2 || v.Pods[0].Name != "db" || v.Pods[1].Ztunnel != "acked" ||
+		v.Pods[1].Redirection != "nftables/v1 ipv4 inbound-capture" || v.Pods[0].Ztunnel != "" {
+		t.Fatalf("/debug/pods = %+v", v)
+	}
+
+	// meshlet status reads it from the debug socket in --state-dir.
+	cfg := DefaultConfig()
+	cfg.StateDir = t.TempDir()
+	srv, err := listenDebug(cfg.StateDir, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	if fi, err := os.Stat(filepath.Join(cfg.StateDir, DebugSocketName)); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("debug socket: %v, mode %v; want 0600", err, fi.Mode())
+	}
+	var out bytes.Buffer
+	if err := Status(context.Background(), cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 2 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("meshlet status lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// No meshlet running: the error says where it looked.
+	cfg.StateDir = t.TempDir()
+	if err := Status(context.Background(), cfg, &out); err == nil || !strings.Contains(err.Error(), cfg.StateDir) {
+		t.Fatalf("status without a meshlet = %v, want an error naming %s", err, cfg.StateDir)
+	}
+}
