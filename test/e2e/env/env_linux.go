@@ -145,6 +145,7 @@ func (e *Env) writeConfig() error {
   [plugins.'io.containerd.nri.v1.nri'.default_validator]
     enable = true
     required_plugins = [%s]
+    tolerate_missing_plugins_annotation = 'tolerate-missing-plugins.meshlet.dev'
 `, strings.Join(q, ", "))
 	}
 	cfg := fmt.Sprintf(`version = 3
@@ -212,6 +213,18 @@ func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e
 
 // CNISocket is meshlet's --cni-socket in the environment.
 func (e *Env) CNISocket() string { return e.path("cni.sock") }
+
+// NetnsDir is where containerd bind-mounts pods' network namespaces
+// (netns_mounts_under_state_dir), created if missing: a DaemonSet mounts it.
+func (e *Env) NetnsDir() string {
+	dir := e.path("state", "io.containerd.grpc.v1.cri", "netns")
+	_ = os.MkdirAll(dir, 0o755)
+	return dir
+}
+
+// ImportImage imports an OCI archive into the runtime's k8s.io namespace,
+// as `ctr -n k8s.io images import` does on a node without a registry.
+func (e *Env) ImportImage(tar string) (string, error) { return e.ctr("images", "import", tar) }
 
 func mustLook(name string) string {
 	p, err := exec.LookPath(name)
