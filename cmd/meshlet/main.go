@@ -26,6 +26,9 @@ var commands = map[string]func(context.Context, agent.Config) error{
 	"status": func(ctx context.Context, cfg agent.Config) error {
 		return agent.Status(ctx, cfg, os.Stdout)
 	},
+	"enable-nri": func(ctx context.Context, cfg agent.Config) error {
+		return agent.CheckNRI(ctx, cfg, os.Stdout)
+	},
 }
 
 // run is the daemon, or one of commands; it returns the exit status: 2 for
@@ -45,10 +48,12 @@ func run(args, environ []string, stderr io.Writer) int {
 	agent.DescribeEnv(fs)
 	flagsUsage := fs.Usage
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "meshlet [status | install-cni | uninstall-cni] [flags]\n"+
+		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni] [flags]\n"+
 			"Without a command, meshlet runs the node agent. status prints the node's pods as the running\n"+
-			"meshlet sees them (from its debug socket in --state-dir). install-cni chains meshlet-cni into the\n"+
-			"runtime's CNI configuration once; uninstall-cni removes what it added (both read the --cni-* flags).\n\n")
+			"meshlet sees them (from its debug socket in --state-dir). enable-nri checks that the runtime's\n"+
+			"NRI socket answers and otherwise prints what to set in the runtime's configuration (it edits\n"+
+			"nothing). install-cni chains meshlet-cni into the runtime's CNI configuration once; uninstall-cni\n"+
+			"removes what it added (both read the --cni-* flags).\n\n")
 		flagsUsage()
 	}
 	if err := fs.Parse(args); err != nil {

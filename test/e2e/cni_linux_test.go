@@ -210,6 +210,12 @@ func TestCNIMode(t *testing.T) {
 	if ok, conf := cc.chained(cc.env.PrimaryConflist()); !ok {
 		t.Fatalf("meshlet-cni is not chained last in the primary conflist:\n%s", conf)
 	}
+	// meshlet enable-nri names the runtime and what to set for it.
+	out, err := exec.Command(cc.env.Meshlet, "enable-nri", "--nri-socket="+cc.env.NRISocket, "--cri-socket="+cc.env.CRISocket).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "containerd 2.4.2") || !strings.Contains(string(out), "[plugins.'io.containerd.nri.v1.nri']") ||
+		strings.Contains(string(out), "crio") {
+		t.Fatalf("meshlet enable-nri on containerd without NRI: %v\n%s\nwant a failure naming containerd 2.4.2 and its NRI settings only", err, out)
+	}
 	if _, err := os.Stat(filepath.Join(cc.env.CNIBinDir(), "meshlet-cni")); err != nil {
 		t.Fatalf("meshlet-cni not installed in the runtime's CNI bin dir: %v", err)
 	}
