@@ -7,11 +7,13 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION   := v0.8.2
 PROTOC_GEN_GO := $(CACHE_DIR)/tools/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 STATICCHECK   := $(CACHE_DIR)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+CHART         := deploy/charts/meshlet
+HELM_PROFILES := containerd k3s
 BIN           := bin
 TEST_FLAGS    ?= -race -count=1
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build test bench lint generate verify-generated deps demo demo-dra demo-cni clean
+.PHONY: all build test bench lint generate verify-generated manifests deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -33,6 +35,7 @@ test: deps
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
 	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && \
+	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" && export MESHLET_HELM && \
 	  $(GO) test $(TEST_FLAGS) ./...
 
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
@@ -47,12 +50,23 @@ bench: deps
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt
 
-## lint: formatting, vet, staticcheck, generated code up to date
+## lint: formatting, vet, staticcheck, generated code up to date; the Helm
+## chart linted with each profile, and its rendering (the manifests in
+## deploy/ and the golden files) checked: up to date, every object decoded
+## strictly with the Kubernetes API types, bad values refused
 lint: deps $(STATICCHECK) verify-generated
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	$(STATICCHECK) ./...
+	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" && export MESHLET_HELM && \
+	  for profile in $(HELM_PROFILES); do "$$MESHLET_HELM/helm" lint --strict $(CHART) --set profile=$$profile || exit 1; done && \
+	  $(GO) test -count=1 ./internal/helmchart/
+
+## manifests: render deploy/*.yaml and the chart's golden files
+## (deploy/charts/meshlet/testdata) from the Helm chart
+manifests:
+	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" $(GO) run ./hack/manifests
 
 ## generate: regenerate Go code from the .proto files
 generate: deps $(PROTOC_GEN_GO)

@@ -1,4 +1,6 @@
-// Package deploy holds meshlet's Kubernetes manifests (*.yaml) and runtime
-// configuration (runtime/). It has no Go code: its tests check the
-// manifests against a real kube-apiserver.
+// Package deploy holds meshlet's Helm chart (charts/meshlet), the
+// manifests rendered from it for kubectl (*.yaml, `make manifests`),
+// examples and runtime configuration (runtime/). It has no Go code: its
+// tests check the manifests and the chart's renderings against a real
+// kube-apiserver (internal/helmchart's tests check the chart itself).
 package deploy

@@ -61,18 +61,34 @@ func create[T any](t *testing.T, file, doc string, obj *T, fn func(context.Conte
 	}
 }
 
-// TestDeployManifests: deploy/*.yaml and deploy/examples/*.yaml pass the
-// API server's validation (server-side dry run), in the namespace they name
-// (the examples, which name none: in a test namespace).
+// TestDeployManifests: deploy/*.yaml (generated from the Helm chart) and
+// deploy/examples/*.yaml pass the API server's validation (server-side dry
+// run), in the namespace they name (the examples, which name none: in a
+// test namespace).
 func TestDeployManifests(t *testing.T) {
 	c, err := kubernetes.NewForConfig(shared.Get(t).Config())
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The manifests go into meshlet-system, which the installer creates.
-	_, err = c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-system"}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
+	// The namespace the other manifests go into, created for real (not a
+	// dry run): `kubectl apply -f deploy/` applies it first.
+	nsDocs := docs(t, "00-namespace.yaml")
+	for kind, ds := range nsDocs {
+		for _, doc := range ds {
+			if kind != "Namespace" {
+				t.Fatalf("unexpected kind %q in deploy/00-namespace.yaml", kind)
+			}
+			var ns corev1.Namespace
+			if err := yaml.UnmarshalStrict([]byte(doc), &ns); err != nil {
+				t.Fatalf("00-namespace.yaml: %v", err)
+			}
+			if _, err := c.CoreV1().Namespaces().Create(context.Background(), &ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("00-namespace.yaml: %v", err)
+			}
+		}
+	}
+	if len(nsDocs["Namespace"]) != 1 {
+		t.Fatalf("%d Namespace in deploy/00-namespace.yaml, want 1", len(nsDocs["Namespace"]))
 	}
 
 	rbac := docs(t, "rbac.yaml")

@@ -1,0 +1,178 @@
+{{/*
+The release's object name: the release name, or "<release>-meshlet" when the
+release name does not contain the chart's (Helm's usual rule), capped at 63
+characters (a DNS label).
+*/}}
+{{- define "meshlet.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "meshlet.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "meshlet.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "meshlet.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "meshlet.labels" -}}
+{{ include "meshlet.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | toString | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/*
+Host paths per profile. A profile is the layout of a kind of node; each
+paths.* value left empty takes its profile's, and a value that is set wins.
+
+k3s (checked against k3s's source and docs):
+- its embedded containerd listens on /run/k3s/containerd/containerd.sock
+  (k3s pkg/agent/config/config_linux.go: state dir /run/k3s/containerd, the
+  socket in it);
+- the CNI configuration is <data-dir>/agent/etc/cni/net.d, data-dir
+  /var/lib/rancher/k3s (k3s pkg/agent/config: CNIConfDir), the conf_dir k3s
+  writes into its containerd config
+  (/var/lib/rancher/k3s/agent/etc/containerd/config.toml);
+- the CNI plugin directory containerd searches is the directory of the first
+  host-local on k3s's PATH (pkg/agent/config: CNIBinDir). k3s puts
+  /var/lib/rancher/k3s/data/cni first on that PATH, "a stable CNI bin dir ...
+  so that users have a consistent location to drop their own CNI plugin
+  binaries" (k3s cmd/k3s/main.go), so current k3s configures containerd with
+  bin_dir = /var/lib/rancher/k3s/data/cni (Istio's k3s profile,
+  manifests/helm-profiles/platform-k3s.yaml, moved there from
+  data/current/bin for that reason). Releases from before that directory
+  existed searched /var/lib/rancher/k3s/data/current/bin: set
+  paths.cniBinDir to it there. Check with
+  `grep bin_dir /var/lib/rancher/k3s/agent/etc/containerd/config.toml`;
+- the kubelet keeps its default --root-dir, /var/lib/kubelet;
+- NRI: k3s embeds containerd 2.x since its February 2025 releases
+  (v1.31.6+k3s1, v1.32.2+k3s1; docs.k3s.io "Advanced Options / Configuring
+  containerd"), which has NRI on by default at /var/run/nri/nri.sock; with
+  an older k3s (containerd 1.7) enable NRI through k3s's containerd config
+  template (config.toml.tmpl in /var/lib/rancher/k3s/agent/etc/containerd/).
+*/}}
+{{- define "meshlet.profiles" -}}
+containerd:
+  nriSocket: /var/run/nri/nri.sock
+  criSocket: /run/containerd/containerd.sock
+  cniConfDir: /etc/cni/net.d
+  cniBinDir: /opt/cni/bin
+  kubeletDir: /var/lib/kubelet
+k3s:
+  nriSocket: /var/run/nri/nri.sock
+  criSocket: /run/k3s/containerd/containerd.sock
+  cniConfDir: /var/lib/rancher/k3s/agent/etc/cni/net.d
+  cniBinDir: /var/lib/rancher/k3s/data/cni
+  kubeletDir: /var/lib/kubelet
+{{- end -}}
+
+{{/*
+meshlet.paths: every host path, the profile's defaults under the set
+paths.* values, as YAML (fromYaml it).
+*/}}
+{{- define "meshlet.paths" -}}
+{{- $profiles := include "meshlet.profiles" . | fromYaml -}}
+{{- $profile := index $profiles .Values.profile -}}
+{{- if not $profile -}}
+{{- fail (printf "profile %q: want one of %s" .Values.profile (keys $profiles | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- $paths := dict -}}
+{{- range $k, $v := .Values.paths -}}
+{{- if $v -}}{{- $_ := set $paths $k $v -}}{{- end -}}
+{{- end -}}
+{{- range $k, $v := $profile -}}
+{{- if not (hasKey $paths $k) -}}{{- $_ := set $paths $k $v -}}{{- end -}}
+{{- end -}}
+{{- range $k, $v := $paths -}}
+{{- if not (isAbs $v) -}}
+{{- fail (printf "paths.%s=%q: want an absolute host path" $k $v) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $paths -}}
+{{- end -}}
+
+{{/*
+Daemon flags the chart sets from values of their own (the mounts, ports and
+downward API depend on them): config may not set them, and the error names
+the value to use.
+*/}}
+{{- define "meshlet.ownedFlags" -}}
+node-name: "nothing: the chart sets it to the pod's node (downward API spec.nodeName)"
+pod-uid: "nothing: the chart sets it from the downward API (metadata.uid)"
+pod-name: "nothing: the chart sets it from the downward API (metadata.name)"
+pod-namespace: "nothing: the chart sets it from the downward API (metadata.namespace)"
+health-addr: health.address
+metrics-addr: metrics.address
+state-dir: paths.stateDir
+nri-socket: paths.nriSocket
+ztunnel-socket: paths.ztunnelSocket
+cri-socket: paths.criSocket
+cni-conf-dir: paths.cniConfDir
+cni-bin-dir: paths.cniBinDir
+cni-socket: paths.cniSocket
+kubelet-root-dir: paths.kubeletDir
+dra: dra.enabled
+dra-driver-name: dra.driverName
+{{- end -}}
+
+{{/*
+meshlet.envValue: a config value as its environment variable's text: a
+list joins with commas (the daemon's list flags), numbers and booleans as
+JSON (so 3 is "3", not "3e+00"), strings as they are.
+*/}}
+{{- define "meshlet.envValue" -}}
+{{- if kindIs "slice" . -}}
+{{- join "," . -}}
+{{- else if kindIs "string" . -}}
+{{- . -}}
+{{- else -}}
+{{- toJson . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshlet.envName: MESHLET_ + the flag name in upper case, - as _ (the
+daemon's agent.EnvName).
+*/}}
+{{- define "meshlet.envName" -}}
+{{- printf "MESHLET_%s" (. | upper | replace "-" "_") -}}
+{{- end -}}
+
+{{/*
+meshlet.probeHost: the host the kubelet probes: the health address's host,
+or 127.0.0.1 when it listens on every address.
+*/}}
+{{- define "meshlet.probeHost" -}}
+{{- $host := regexReplaceAll ":[0-9]+$" . "" | trimPrefix "[" | trimSuffix "]" -}}
+{{- if or (eq $host "") (eq $host "0.0.0.0") (eq $host "::") -}}
+127.0.0.1
+{{- else -}}
+{{- $host -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshlet.checkPort fails unless the address (named by its value) listens on
+the port of ports.<name>: the container port, the probes and the
+ServiceMonitor use that one.
+*/}}
+{{- define "meshlet.checkPort" -}}
+{{- $port := regexFind "[0-9]+$" .address -}}
+{{- if not (regexMatch ":[0-9]+$" .address) -}}
+{{- fail (printf "%s=%q: want host:port, e.g. %q" .value .address (printf "127.0.0.1:%v" .port)) -}}
+{{- end -}}
+{{- if ne $port (toString .port) -}}
+{{- fail (printf "%s=%q listens on port %s but ports.%s is %v: set both to the same port" .value .address $port .name .port) -}}
+{{- end -}}
+{{- end -}}

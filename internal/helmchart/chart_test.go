@@ -1,0 +1,784 @@
+package helmchart_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/meshlet/meshlet/agent"
+	"github.com/meshlet/meshlet/internal/helmchart"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// helm is the helm binary hack/install-helm.sh builds, on this repository.
+func helm(t *testing.T) helmchart.Helm {
+	t.Helper()
+	dir := privtest.RequireEnv(t, helmchart.HelmEnv, "the directory hack/install-helm.sh prints; `make test` sets it")
+	return helmchart.Helm{Bin: filepath.Join(dir, "helm"), Root: root}
+}
+
+// render is helm template with args; a failure fails the test.
+func render(t *testing.T, args ...string) []object {
+	t.Helper()
+	out, err := helm(t).Template(context.Background(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decodeAll(t, "helm template "+strings.Join(args, " "), out)
+}
+
+// renderValues renders with the values given as YAML (a values file).
+func renderValues(t *testing.T, values string, args ...string) []object {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return render(t, append([]string{"-f", f}, args...)...)
+}
+
+// root is the repository's root, from this package's directory.
+const root = "../.."
+
+type object = helmchart.Object
+
+// decodeAll decodes every rendered object strictly (helmchart.Decode).
+func decodeAll(t *testing.T, source string, data []byte) []object {
+	t.Helper()
+	objs, err := helmchart.Decode(data)
+	if err != nil {
+		t.Fatalf("%s: %v", source, err)
+	}
+	return objs
+}
+
+// only returns the one object of kind T, failing unless there is exactly one.
+func only[T runtime.Object](t *testing.T, objs []object) T {
+	t.Helper()
+	var found []T
+	for _, o := range objs {
+		if v, ok := o.Obj.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("%d objects of type %T, want 1", len(found), zero)
+	}
+	return found[0]
+}
+
+func kinds(objs []object) []string {
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Kind)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// env is the container's variables with a literal value, by name.
+func env(t *testing.T, ds *appsv1.DaemonSet) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+		if _, dup := out[e.Name]; dup {
+			t.Errorf("variable %s set twice", e.Name)
+		}
+		if e.ValueFrom == nil {
+			out[e.Name] = e.Value
+		}
+	}
+	return out
+}
+
+func volumePaths(ds *appsv1.DaemonSet) map[string]string {
+	out := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			out[v.Name] = v.HostPath.Path
+		}
+	}
+	return out
+}
+
+// TestGeneratedFilesCurrent: deploy's manifests and the chart's golden
+// files are what the chart renders now (`make manifests` writes them).
+func TestGeneratedFilesCurrent(t *testing.T) {
+	files, err := helm(t).Generate(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != len(helmchart.Files()) {
+		t.Fatalf("%d files generated, want %d", len(files), len(helmchart.Files()))
+	}
+	for path, want := range files {
+		committed := filepath.Join(root, path)
+		got, err := os.ReadFile(committed)
+		if err != nil {
+			t.Errorf("%s: %v (run `make manifests`)", path, err)
+			continue
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s is not what the chart renders: run `make manifests`\n%s", path, diff(t, committed, want))
+		}
+	}
+}
+
+// diff is `diff -u` of the file at path and want.
+func diff(t *testing.T, path string, want []byte) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "rendered")
+	if err := os.WriteFile(f, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("diff", "-u", "--label", path+" (committed)", "--label", path+" (rendered)", path, f).CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return fmt.Sprintf("(no diff: %v)", err)
+	}
+	return string(out)
+}
+
+// TestHelmLint: helm lint --strict passes with each profile and with the
+// optional objects on.
+func TestHelmLint(t *testing.T) {
+	h := helm(t)
+	for _, p := range helmchart.Profiles {
+		for _, extra := range [][]string{nil, {"--set", "dra.enabled=false,metrics.serviceMonitor.enabled=true,namespace.create=true"}} {
+			args := append([]string{"--set", "profile=" + p}, extra...)
+			if out, err := h.Lint(context.Background(), args...); err != nil {
+				t.Errorf("helm lint %v: %v\n%s", args, err, out)
+			}
+		}
+	}
+}
+
+// TestChartRendersStrictly: with each profile, and with every optional
+// object and many values set, every rendered object decodes strictly with
+// the Kubernetes API types (the schema check of the manifests).
+func TestChartRendersStrictly(t *testing.T) {
+	const everything = `
+namespace: {create: true}
+dra: {enabled: true, driverName: mesh.example.com}
+metrics:
+  serviceMonitor: {enabled: true, interval: 30s, scrapeTimeout: 10s, labels: {release: prom}}
+podAnnotations: {example.com/a: "1"}
+podLabels: {example.com/team: mesh}
+extraArgs: [-vmodule=enroll=4]
+extraEnv: [{name: GODEBUG, value: "madvdontneed=1"}]
+extraVolumes: [{name: kubeconfig, secret: {secretName: meshlet-kubeconfig}}]
+extraVolumeMounts: [{name: kubeconfig, mountPath: /etc/meshlet, readOnly: true}]
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms: [{matchExpressions: [{key: example.com/mesh, operator: Exists}]}]
+imagePullSecrets: [{name: registry}]
+securityContext:
+  privileged: false
+  capabilities: {add: [NET_ADMIN, SYS_ADMIN], drop: [ALL]}
+config: {kubeconfig: /etc/meshlet/kubeconfig}
+`
+	for _, p := range helmchart.Profiles {
+		objs := render(t, "--set", "profile="+p)
+		want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		if got := kinds(objs); !slices.Equal(got, want) {
+			t.Errorf("profile %s: kinds %v, want %v", p, got, want)
+		}
+		objs = renderValues(t, everything, "--set", "profile="+p)
+		want = []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass", "Namespace", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		if got := kinds(objs); !slices.Equal(got, want) {
+			t.Errorf("profile %s, every option: kinds %v, want %v", p, got, want)
+		}
+		ds := only[*appsv1.DaemonSet](t, objs)
+		c := ds.Spec.Template.Spec.Containers[0]
+		if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || *sc.Privileged || sc.Capabilities == nil || len(sc.Capabilities.Add) != 2 {
+			t.Errorf("securityContext %+v, want the value's (not privileged, two capabilities)", sc)
+		}
+		if !slices.Equal(c.Args, []string{"-vmodule=enroll=4"}) {
+			t.Errorf("args %v, want extraArgs", c.Args)
+		}
+		if e := env(t, ds); e["GODEBUG"] != "madvdontneed=1" || e["MESHLET_KUBECONFIG"] != "/etc/meshlet/kubeconfig" {
+			t.Errorf("env %v: want extraEnv's GODEBUG and config's MESHLET_KUBECONFIG", e)
+		}
+	}
+}
+
+// TestChartValuesRefused: a wrong value fails helm template (as it fails
+// helm install) with a message naming it.
+func TestChartValuesRefused(t *testing.T) {
+	h := helm(t)
+	for _, c := range []struct {
+		args []string
+		want []string // all in helm's message
+	}{
+		{[]string{"--set", "profile=kind"}, []string{"/profile", "containerd", "k3s"}},
+		{[]string{"--set", "config.mode=ebpf"}, []string{"/config/mode", "auto", "nri", "cni"}},
+		{[]string{"--set", "config.redirect-backend=ebpf"}, []string{"/config/redirect-backend", "nftables", "iptables"}},
+		{[]string{"--set", "config.iptables-variant=both"}, []string{"/config/iptables-variant"}},
+		{[]string{"--set", "config.ztunnel-sockit=/x"}, []string{"/config", "ztunnel-sockit"}},
+		{[]string{"--set", "config.dra-slots=129"}, []string{"/config/dra-slots"}},
+		{[]string{"--set", "config.ipv6=maybe"}, []string{"/config/ipv6"}},
+		{[]string{"--set", "config.enroll-timeout=soon"}, []string{"/config/enroll-timeout"}},
+		{[]string{"--set", "config.nri-plugin-index=7"}, []string{"/config/nri-plugin-index"}},
+		{[]string{"--set", "paths.cniBinDir=opt/cni/bin"}, []string{"/paths/cniBinDir"}},
+		{[]string{"--set", "paths.stateDir="}, []string{"/paths/stateDir"}},
+		{[]string{"--set", "dra.driverName=Mesh_Driver"}, []string{"/dra/driverName"}},
+		{[]string{"--set", "image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
+		{[]string{"--set", "updateStrategy.maxSurge=lots"}, []string{"/updateStrategy/maxSurge"}},
+		{[]string{"--set", "ports.health=70000"}, []string{"/ports/health"}},
+		{[]string{"--set", "metrics.serviceMonitor.enable=true"}, []string{"/metrics/serviceMonitor", "enable"}},
+		{[]string{"--set", "replicas=2"}, []string{"replicas"}},
+		// Flags the chart derives from other values: the error names the value.
+		{[]string{"--set", "config.cri-socket=/run/crio/crio.sock"}, []string{"config.cri-socket", "paths.criSocket"}},
+		{[]string{"--set", "config.cni-bin-dir=/x"}, []string{"config.cni-bin-dir", "paths.cniBinDir"}},
+		{[]string{"--set", "config.metrics-addr=:1"}, []string{"config.metrics-addr", "metrics.address"}},
+		{[]string{"--set", "config.dra=false"}, []string{"config.dra", "dra.enabled"}},
+		{[]string{"--set", "config.node-name=n"}, []string{"config.node-name", "spec.nodeName"}},
+		// Values that must agree.
+		{[]string{"--set", "health.address=127.0.0.1:9990"}, []string{"health.address", "ports.health"}},
+		{[]string{"--set", "ports.metrics=9990"}, []string{"metrics.address", "ports.metrics"}},
+		{[]string{"--set", "updateStrategy.maxUnavailable=0,updateStrategy.maxSurge=0"}, []string{"maxSurge and maxUnavailable are both 0"}},
+		{[]string{"--set", "metrics.serviceMonitor.enabled=true,metrics.address="}, []string{"metrics.serviceMonitor.enabled", "metrics.address"}},
+		{[]string{"--kube-version", "1.36.0"}, []string{"dra.enabled", "1.37"}},
+	} {
+		_, err := h.Template(context.Background(), c.args...)
+		if err == nil {
+			t.Errorf("helm template %v: rendered, want an error", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("helm template %v: %v\nwant it to name %q", c.args, err, w)
+			}
+		}
+	}
+	// The same values pass where the chart allows them.
+	render(t, "--kube-version", "1.36.0", "--set", "dra.enabled=false")
+	render(t, "--set", "ports.metrics=9990,metrics.address=:9990")
+	render(t, "--set", "config.mode=null") // a later values file may unset a flag
+}
+
+// daemonFlags is every flag of cmd/meshlet: the agent's and klog's -v and
+// -vmodule (cmd/meshlet's addLogFlags).
+func daemonFlags() (*flag.FlagSet, *agent.Config) {
+	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
+	cfg := agent.DefaultConfig()
+	cfg.AddFlags(fs)
+	fs.String("v", "0", "log verbosity")
+	fs.String("vmodule", "", "per-file log verbosity")
+	return fs, &cfg
+}
+
+// configSamples is a value for every daemon flag the chart's config map
+// takes, and the flag's value once the daemon has read the variable the
+// chart renders for it. The chart-owned flags have none: config refuses
+// them.
+var configSamples = map[string]struct {
+	value any
+	want  string
+}{
+	"v":                       {4, "4"},
+	"vmodule":                 {"enroll=5", "enroll=5"},
+	"mode":                    {"cni", "cni"},
+	"nri-plugin-index":        {"20", "20"},
+	"enroll-timeout":          {"1200ms", "1.2s"},
+	"redirect-backend":        {"iptables", "iptables"},
+	"iptables-variant":        {"legacy", "legacy"},
+	"standalone":              {true, "true"},
+	"kubeconfig":              {"/etc/meshlet/kubeconfig", "/etc/meshlet/kubeconfig"},
+	"excluded-namespaces":     {[]string{"kube-system", "istio-system"}, "kube-system,istio-system"},
+	"denied-runtime-handlers": {"runsc, kata", "runsc,kata"},
+	"dns-capture":             {false, "false"},
+	"ipv6":                    {false, "false"},
+	"dra-slots":               {16, "16"},
+	"cni-own-conflist":        {true, "true"},
+	"cni-plugin-binary":       {"/opt/meshlet/meshlet-cni", "/opt/meshlet/meshlet-cni"},
+	"dataplane-mode-label":    {"example.com/mesh", "example.com/mesh"},
+}
+
+// TestChartConfigFlags: the config map takes exactly the daemon's flags;
+// each is rendered as the variable the daemon reads (a flag the chart sets
+// from other values is refused, naming that value), and the daemon parses
+// every rendered value back to the value given.
+func TestChartConfigFlags(t *testing.T) {
+	fs, _ := daemonFlags()
+	var flags []string
+	fs.VisitAll(func(f *flag.Flag) { flags = append(flags, f.Name) })
+
+	raw, err := os.ReadFile(filepath.Join(root, helmchart.ChartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Config struct {
+				Properties map[string]json.RawMessage `json:"properties"`
+			} `json:"config"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range schema.Properties.Config.Properties {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	sort.Strings(flags)
+	if !slices.Equal(keys, flags) {
+		t.Fatalf("values.schema.json config keys %v\nare not the daemon's flags %v", keys, flags)
+	}
+
+	h := helm(t)
+	config := map[string]any{}
+	for _, name := range flags {
+		s, ok := configSamples[name]
+		if ok {
+			config[name] = s.value
+			continue
+		}
+		// Not in config: the chart sets it, and says from what.
+		_, err := h.Template(context.Background(), "--set", "config."+name+"=x")
+		if err == nil || !strings.Contains(err.Error(), "the chart sets --"+name+"; set ") {
+			t.Errorf("config.%s: %v, want a refusal naming the value that sets it (or add it to configSamples)", name, err)
+		}
+	}
+	values, err := json.Marshal(map[string]any{"config": config})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := only[*appsv1.DaemonSet](t, renderValues(t, string(values)))
+	vars := env(t, ds)
+	fs, _ = daemonFlags()
+	if err := agent.ApplyEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
+		t.Fatalf("the daemon refuses the rendered variables: %v", err)
+	}
+	for name, s := range configSamples {
+		if v, ok := vars[agent.EnvName(name)]; !ok {
+			t.Errorf("config.%s: no %s rendered", name, agent.EnvName(name))
+		} else if got := fs.Lookup(name).Value.String(); got != s.want {
+			t.Errorf("config.%s=%v: rendered %s=%q, the daemon reads %q, want %q", name, s.value, agent.EnvName(name), v, got, s.want)
+		}
+	}
+}
+
+// daemonReads applies the DaemonSet's variables to the daemon's flags, the
+// downward API's with stand-in values, and returns the configuration.
+// Every MESHLET_* variable must be a flag's.
+func daemonReads(t *testing.T, ds *appsv1.DaemonSet) agent.Config {
+	t.Helper()
+	fs, cfg := daemonFlags()
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known[agent.EnvName(f.Name)] = true })
+	vars := map[string]string{}
+	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+		if !known[e.Name] && strings.HasPrefix(e.Name, agent.EnvPrefix) {
+			t.Errorf("%s is no flag's variable", e.Name)
+		}
+		switch {
+		case e.ValueFrom == nil:
+			vars[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil:
+			vars[e.Name] = "from-" + e.ValueFrom.FieldRef.FieldPath
+		default:
+			t.Errorf("%s: unexpected source %+v", e.Name, e.ValueFrom)
+		}
+	}
+	if err := agent.ApplyEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	return *cfg
+}
+
+// TestChartDaemonConfigValid: with each profile the daemon accepts the
+// DaemonSet's configuration (its own Validate), and the paths it is told
+// are the ones mounted from the host at the same place.
+func TestChartDaemonConfigValid(t *testing.T) {
+	for _, p := range helmchart.Profiles {
+		ds := only[*appsv1.DaemonSet](t, render(t, "--set", "profile="+p))
+		cfg := daemonReads(t, ds)
+		if cfg.NodeName != "from-spec.nodeName" || cfg.DRA.PodUID != "from-metadata.uid" ||
+			cfg.PodName != "from-metadata.name" || cfg.PodNamespace != "from-metadata.namespace" {
+			t.Errorf("profile %s: the downward API's variables are not the daemon's: %+v", p, cfg)
+		}
+		// The state directory is the node's; Validate checks it exists or
+		// can be made, here.
+		stateDir := cfg.StateDir
+		cfg.StateDir = t.TempDir()
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("profile %s: the daemon refuses the chart's configuration: %v", p, err)
+		}
+
+		mounts := map[string]string{}
+		for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+		hostPaths := volumePaths(ds)
+		for name, path := range mounts {
+			if hostPaths[name] != path {
+				t.Errorf("profile %s: volume %s mounts host %q at %q: the chart mounts host paths at the same path", p, name, hostPaths[name], path)
+			}
+		}
+		for _, c := range []struct{ flag, path, volume string }{
+			{"nri-socket", filepath.Dir(cfg.NRI.SocketPath), "nri"},
+			{"ztunnel-socket", filepath.Dir(cfg.ZtunnelSocket), "ztunnel"},
+			{"state-dir", stateDir, "state"},
+			{"cri-socket", filepath.Dir(cfg.CNI.CRISocket), "cri"},
+			{"cni-conf-dir", cfg.CNI.ConfDir, "cni-conf"},
+			{"cni-bin-dir", cfg.CNI.BinDir, "cni-bin"},
+			{"cni-socket", filepath.Dir(cfg.CNI.Socket), "cni-socket"},
+			{"kubelet-root-dir", filepath.Join(cfg.DRA.KubeletRootDir, "plugins"), "kubelet-plugins"},
+			{"kubelet-root-dir", filepath.Join(cfg.DRA.KubeletRootDir, "plugins_registry"), "kubelet-registry"},
+		} {
+			if mounts[c.volume] != c.path {
+				t.Errorf("profile %s: --%s needs %s mounted, volume %s mounts %q", p, c.flag, c.path, c.volume, mounts[c.volume])
+			}
+		}
+	}
+}
+
+// TestChartProfiles: each profile's host paths, and a set path winning
+// over its profile's.
+func TestChartProfiles(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want map[string]string // variable: value
+		vols map[string]string // volume: host path
+	}{
+		{[]string{}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/run/containerd/containerd.sock", "MESHLET_CNI_CONF_DIR": "/etc/cni/net.d",
+			"MESHLET_CNI_BIN_DIR": "/opt/cni/bin", "MESHLET_NRI_SOCKET": "/var/run/nri/nri.sock", "MESHLET_KUBELET_ROOT_DIR": "/var/lib/kubelet",
+		}, map[string]string{"cri": "/run/containerd", "nri": "/var/run/nri", "kubelet-registry": "/var/lib/kubelet/plugins_registry"}},
+		{[]string{"--set", "profile=k3s"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/run/k3s/containerd/containerd.sock", "MESHLET_CNI_CONF_DIR": "/var/lib/rancher/k3s/agent/etc/cni/net.d",
+			"MESHLET_CNI_BIN_DIR": "/var/lib/rancher/k3s/data/cni", "MESHLET_NRI_SOCKET": "/var/run/nri/nri.sock", "MESHLET_KUBELET_ROOT_DIR": "/var/lib/kubelet",
+		}, map[string]string{"cri": "/run/k3s/containerd", "cni-conf": "/var/lib/rancher/k3s/agent/etc/cni/net.d", "cni-bin": "/var/lib/rancher/k3s/data/cni"}},
+		{[]string{"--set", "profile=k3s,paths.cniBinDir=/var/lib/rancher/k3s/data/current/bin,paths.kubeletDir=/data/kubelet"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/run/k3s/containerd/containerd.sock", "MESHLET_CNI_BIN_DIR": "/var/lib/rancher/k3s/data/current/bin", "MESHLET_KUBELET_ROOT_DIR": "/data/kubelet",
+		}, map[string]string{"cni-bin": "/var/lib/rancher/k3s/data/current/bin", "kubelet-plugins": "/data/kubelet/plugins", "kubelet-registry": "/data/kubelet/plugins_registry"}},
+		{[]string{"--set", "paths.criSocket=/var/run/crio/crio.sock,paths.ztunnelSocket=/run/zt/zds.sock,paths.stateDir=/data/meshlet"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_ZTUNNEL_SOCKET": "/run/zt/zds.sock", "MESHLET_STATE_DIR": "/data/meshlet",
+		}, map[string]string{"cri": "/var/run/crio", "ztunnel": "/run/zt", "state": "/data/meshlet"}},
+	} {
+		ds := only[*appsv1.DaemonSet](t, render(t, c.args...))
+		e, v := env(t, ds), volumePaths(ds)
+		for k, want := range c.want {
+			if e[k] != want {
+				t.Errorf("%v: %s=%q, want %q", c.args, k, e[k], want)
+			}
+		}
+		for k, want := range c.vols {
+			if v[k] != want {
+				t.Errorf("%v: volume %s from host %q, want %q", c.args, k, v[k], want)
+			}
+		}
+	}
+}
+
+// TestChartDaemonSet: the DaemonSet's fixed shape and its values.
+func TestChartDaemonSet(t *testing.T) {
+	ds := only[*appsv1.DaemonSet](t, render(t))
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	if !spec.HostNetwork || spec.DNSPolicy != corev1.DNSClusterFirstWithHostNet || spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("hostNetwork %v, dnsPolicy %s, priorityClassName %q", spec.HostNetwork, spec.DNSPolicy, spec.PriorityClassName)
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Operator != corev1.TolerationOpExists || spec.Tolerations[0].Key != "" {
+		t.Errorf("tolerations %+v, want [{operator: Exists}]", spec.Tolerations)
+	}
+	if c.SecurityContext == nil || c.SecurityContext.Privileged == nil || !*c.SecurityContext.Privileged {
+		t.Errorf("securityContext %+v, want privileged by default", c.SecurityContext)
+	}
+	if c.Image != "localhost/meshlet/meshlet:dev" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("image %s (%s), want localhost/meshlet/meshlet:dev (IfNotPresent)", c.Image, c.ImagePullPolicy)
+	}
+	for _, p := range []struct {
+		probe *corev1.Probe
+		path  string
+	}{{c.ReadinessProbe, "/readyz"}, {c.LivenessProbe, "/healthz"}} {
+		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Host != "127.0.0.1" || p.probe.HTTPGet.Port.StrVal != "health" {
+			t.Errorf("probe %+v, want GET %s on 127.0.0.1, port health", p.probe, p.path)
+		}
+	}
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if ports["health"] != 9880 || ports["metrics"] != 9881 {
+		t.Errorf("ports %v, want health 9880, metrics 9881", ports)
+	}
+	e := env(t, ds)
+	if e["MESHLET_HEALTH_ADDR"] != "127.0.0.1:9880" || e["MESHLET_METRICS_ADDR"] != ":9881" {
+		t.Errorf("health %q, metrics %q", e["MESHLET_HEALTH_ADDR"], e["MESHLET_METRICS_ADDR"])
+	}
+	for _, m := range c.VolumeMounts {
+		if m.Name == "netns" && (m.MountPropagation == nil || *m.MountPropagation != corev1.MountPropagationHostToContainer) {
+			t.Errorf("netns mount %+v, want HostToContainer propagation", m)
+		}
+	}
+	ru := ds.Spec.UpdateStrategy.RollingUpdate
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxUnavailable.IntValue() != 1 || ru.MaxSurge.IntValue() != 0 {
+		t.Errorf("updateStrategy %+v, want RollingUpdate, maxUnavailable 1, maxSurge 0", ds.Spec.UpdateStrategy)
+	}
+	if ds.Spec.Template.Annotations["prometheus.io/scrape"] != "true" || ds.Spec.Template.Annotations["prometheus.io/port"] != "9881" {
+		t.Errorf("pod annotations %v, want Prometheus's", ds.Spec.Template.Annotations)
+	}
+
+	// Values.
+	ds = only[*appsv1.DaemonSet](t, renderValues(t, `
+image: {repository: registry.example.com/meshlet, tag: v1.2.3, pullPolicy: Always}
+updateStrategy: {maxUnavailable: 25%, maxSurge: 0}
+ports: {health: 19880, metrics: 19881}
+health: {address: "0.0.0.0:19880"}
+metrics: {address: "127.0.0.1:19881", podAnnotations: false}
+tolerations: [{key: example.com/dedicated, operator: Equal, value: mesh, effect: NoSchedule}]
+nodeSelector: {example.com/mesh: "true"}
+priorityClassName: ""
+resources: {requests: {cpu: 10m}}
+podAnnotations: {example.com/owner: mesh-team}
+`))
+	spec, c = ds.Spec.Template.Spec, ds.Spec.Template.Spec.Containers[0]
+	if c.Image != "registry.example.com/meshlet:v1.2.3" || c.ImagePullPolicy != corev1.PullAlways {
+		t.Errorf("image %s (%s)", c.Image, c.ImagePullPolicy)
+	}
+	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru.MaxUnavailable.String() != "25%" {
+		t.Errorf("maxUnavailable %s, want 25%%", ru.MaxUnavailable.String())
+	}
+	if c.ReadinessProbe.HTTPGet.Host != "127.0.0.1" || c.LivenessProbe.HTTPGet.Host != "127.0.0.1" {
+		t.Errorf("probes on %s, want 127.0.0.1 for a health address on every interface", c.ReadinessProbe.HTTPGet.Host)
+	}
+	ports = map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if e := env(t, ds); ports["health"] != 19880 || ports["metrics"] != 19881 || e["MESHLET_HEALTH_ADDR"] != "0.0.0.0:19880" || e["MESHLET_METRICS_ADDR"] != "127.0.0.1:19881" {
+		t.Errorf("ports %v, env %v", ports, e)
+	}
+	if a := ds.Spec.Template.Annotations; a["prometheus.io/scrape"] != "" || a["example.com/owner"] != "mesh-team" || a["tolerate-missing-plugins.meshlet.dev"] != "true" {
+		t.Errorf("annotations %v: want podAnnotations', the runtime validator's toleration and no Prometheus ones", a)
+	}
+	if len(spec.Tolerations) != 1 || spec.Tolerations[0].Key != "example.com/dedicated" || spec.NodeSelector["example.com/mesh"] != "true" || spec.PriorityClassName != "" {
+		t.Errorf("tolerations %+v, nodeSelector %v, priorityClassName %q", spec.Tolerations, spec.NodeSelector, spec.PriorityClassName)
+	}
+	// Helm merges a map value into the default: the request changes, the
+	// rest stays.
+	if c.Resources.Requests.Cpu().String() != "10m" || c.Resources.Requests.Memory().String() != "48Mi" || c.Resources.Limits.Memory().String() != "128Mi" {
+		t.Errorf("resources %+v, want the value's cpu request over the defaults", c.Resources)
+	}
+
+	// A health address on one interface is probed there; no metrics address:
+	// no metrics port, no scrape annotations.
+	ds = only[*appsv1.DaemonSet](t, render(t, "--set", "health.address=10.0.0.5:9880,metrics.address="))
+	c = ds.Spec.Template.Spec.Containers[0]
+	if c.ReadinessProbe.HTTPGet.Host != "10.0.0.5" || len(c.Ports) != 1 || ds.Spec.Template.Annotations["prometheus.io/scrape"] != "" {
+		t.Errorf("probe host %s, ports %+v, annotations %v", c.ReadinessProbe.HTTPGet.Host, c.Ports, ds.Spec.Template.Annotations)
+	}
+	if e := env(t, ds); e["MESHLET_METRICS_ADDR"] != "" {
+		t.Errorf("MESHLET_METRICS_ADDR=%q, want empty (metrics off)", e["MESHLET_METRICS_ADDR"])
+	}
+
+	// The runtime validator's toleration annotation is the runtime's key.
+	for value, want := range map[string]map[string]string{
+		"example.com/nri-optional": {"example.com/nri-optional": "true"},
+		"":                         {},
+	} {
+		ds = only[*appsv1.DaemonSet](t, render(t, "--set", "tolerateMissingPluginsAnnotation="+value+",metrics.podAnnotations=false"))
+		if a := ds.Spec.Template.Annotations; len(a) != len(want) || (len(want) > 0 && a[value] != "true") {
+			t.Errorf("tolerateMissingPluginsAnnotation=%q: annotations %v, want %v", value, a, want)
+		}
+	}
+}
+
+// draResources are what the ClusterRole grants for DRA only.
+var draResources = []string{"resourceslices", "nodes", "resourceclaims", "runtimeclasses", "resourceclaims/status", "resourceclaims/driver"}
+
+func ruleFor(role *rbacv1.ClusterRole, resource string) *rbacv1.PolicyRule {
+	for i, r := range role.Rules {
+		if slices.Contains(r.Resources, resource) {
+			return &role.Rules[i]
+		}
+	}
+	return nil
+}
+
+// TestChartDRA: dra.enabled brings the DeviceClass, the slice policy and its
+// binding, the RBAC rules for slices and claims, the kubelet plugin mounts
+// and --dra; dra.driverName is the driver everywhere it appears.
+func TestChartDRA(t *testing.T) {
+	objs := render(t, "--set", "dra.enabled=false")
+	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"}; !slices.Equal(got, want) {
+		t.Errorf("dra.enabled=false: kinds %v, want %v", got, want)
+	}
+	role := only[*rbacv1.ClusterRole](t, objs)
+	for _, r := range draResources {
+		if ruleFor(role, r) != nil {
+			t.Errorf("dra.enabled=false: the ClusterRole still grants %s", r)
+		}
+	}
+	for _, r := range []string{"pods", "namespaces", "pods/status", "events", "daemonsets"} {
+		if ruleFor(role, r) == nil {
+			t.Errorf("dra.enabled=false: no rule for %s", r)
+		}
+	}
+	ds := only[*appsv1.DaemonSet](t, objs)
+	if cfg := daemonReads(t, ds); cfg.DRA.Enabled {
+		t.Error("dra.enabled=false: the daemon's --dra is still true")
+	}
+	if v := volumePaths(ds); v["kubelet-plugins"] != "" || v["kubelet-registry"] != "" {
+		t.Errorf("dra.enabled=false: kubelet plugin volumes %v", v)
+	}
+
+	const driver = "mesh.example.com"
+	out, err := helm(t).Template(context.Background(), "--set", "dra.driverName="+driver)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), "mesh.meshlet.dev") {
+		t.Errorf("dra.driverName=%s: the default driver name is still rendered:\n%s", driver, grepLines(out, "mesh.meshlet.dev"))
+	}
+	objs = decodeAll(t, "dra.driverName", out)
+	class := only[*resourcev1.DeviceClass](t, objs)
+	if class.Name != driver || class.Spec.ExtendedResourceName == nil || *class.Spec.ExtendedResourceName != driver+"/mesh" ||
+		len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`"` {
+		t.Errorf("DeviceClass %+v, want name, selector and extended resource of %s", class, driver)
+	}
+	vap := only[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+	last := vap.Spec.Validations[len(vap.Spec.Validations)-1]
+	if last.Expression != `variables.slice.spec.driver == "`+driver+`"` || !strings.Contains(last.MessageExpression, driver) {
+		t.Errorf("the policy's driver check %+v, want %s", last, driver)
+	}
+	if r := ruleFor(only[*rbacv1.ClusterRole](t, objs), "resourceclaims/driver"); r == nil || !slices.Equal(r.ResourceNames, []string{driver}) {
+		t.Errorf("resourceclaims/driver rule %+v, want resourceNames [%s]", r, driver)
+	}
+	if cfg := daemonReads(t, only[*appsv1.DaemonSet](t, objs)); !cfg.DRA.Enabled || cfg.DRA.DriverName != driver {
+		t.Errorf("the daemon's --dra %v --dra-driver-name %q, want true, %s", cfg.DRA.Enabled, cfg.DRA.DriverName, driver)
+	}
+
+	// The policy names the release's service account, which is the
+	// DaemonSet's and the binding's subject.
+	objs = render(t, "--namespace", "mesh", "--set", "fullnameOverride=node-agent")
+	vap = only[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+	binding := only[*rbacv1.ClusterRoleBinding](t, objs)
+	ds = only[*appsv1.DaemonSet](t, objs)
+	if want := `request.userInfo.username == "system:serviceaccount:mesh:node-agent"`; vap.Spec.MatchConditions[0].Expression != want {
+		t.Errorf("policy match condition %q, want %q", vap.Spec.MatchConditions[0].Expression, want)
+	}
+	if s := binding.Subjects[0]; s.Name != "node-agent" || s.Namespace != "mesh" || ds.Spec.Template.Spec.ServiceAccountName != "node-agent" || ds.Namespace != "mesh" {
+		t.Errorf("binding subject %+v, DaemonSet %s/%s with %s", s, ds.Namespace, ds.Name, ds.Spec.Template.Spec.ServiceAccountName)
+	}
+	if b := only[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs); b.Spec.PolicyName != vap.Name {
+		t.Errorf("policy binding names %q, the policy is %q", b.Spec.PolicyName, vap.Name)
+	}
+}
+
+func grepLines(out []byte, s string) string {
+	var lines []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, s) {
+			lines = append(lines, l)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestChartOptionalObjects: the namespace, the metrics Service and the
+// ServiceMonitor are rendered only when asked for, and the ServiceMonitor
+// selects the Service, which selects meshlet's pods.
+func TestChartOptionalObjects(t *testing.T) {
+	objs := render(t, "--set", "namespace.create=true")
+	if ns := only[*corev1.Namespace](t, objs); ns.Name != helmchart.Namespace {
+		t.Errorf("Namespace %s, want the release's, %s", ns.Name, helmchart.Namespace)
+	}
+
+	objs = render(t, "--set", "metrics.serviceMonitor.enabled=true,metrics.serviceMonitor.interval=15s", "--set", "metrics.serviceMonitor.labels.release=prom")
+	svc := only[*corev1.Service](t, objs)
+	ds := only[*appsv1.DaemonSet](t, objs)
+	var sm *helmchart.ServiceMonitor
+	for _, o := range objs {
+		if o.Monitor != nil {
+			sm = o.Monitor
+		}
+	}
+	if sm == nil {
+		t.Fatal("no ServiceMonitor")
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" || svc.Spec.Ports[0].Name != "metrics" {
+		t.Errorf("Service %+v, want headless, port metrics", svc.Spec)
+	}
+	for k, v := range svc.Spec.Selector {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("the Service selects %s=%s, meshlet's pods have %v", k, v, ds.Spec.Template.Labels)
+		}
+	}
+	for k, v := range sm.Spec.Selector.MatchLabels {
+		if svc.Labels[k] != v {
+			t.Errorf("the ServiceMonitor selects %s=%s, the Service has %v", k, v, svc.Labels)
+		}
+	}
+	if len(sm.Spec.Endpoints) != 1 || sm.Spec.Endpoints[0].Port != "metrics" || sm.Spec.Endpoints[0].Interval != "15s" ||
+		!slices.Equal(sm.Spec.NamespaceSelector.MatchNames, []string{helmchart.Namespace}) || sm.Labels["release"] != "prom" {
+		t.Errorf("ServiceMonitor %+v", sm)
+	}
+}
+
+// cluster-scoped kinds among the manifests.
+var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
+	"DeviceClass": true, "ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+
+// TestKubectlApplyOrder: `kubectl apply -f deploy/` works on a fresh
+// cluster. kubectl reads a directory's .json, .yaml and .yml files (not
+// its subdirectories) in lexical order (cli-runtime's
+// ExpandPathsToFileVisitors walks it with filepath.Walk) and applies their
+// objects in that order without reordering them, so every namespaced
+// object must name a namespace that an earlier object creates.
+func TestKubectlApplyOrder(t *testing.T) {
+	deploy := filepath.Join(root, "deploy")
+	entries, err := os.ReadDir(deploy) // sorted by name, as filepath.Walk visits
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := map[string]bool{}
+	n := 0
+	for _, e := range entries {
+		if e.IsDir() || !slices.Contains([]string{".json", ".yaml", ".yml"}, filepath.Ext(e.Name())) {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(deploy, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range decodeAll(t, e.Name(), data) {
+			n++
+			switch {
+			case o.Kind == "Namespace":
+				created[o.Name] = true
+			case clusterScoped[o.Kind]:
+			case o.Namespace == "":
+				t.Errorf("%s: %s %s names no namespace: kubectl would put it in the current context's", e.Name(), o.Kind, o.Name)
+			case !created[o.Namespace]:
+				t.Errorf("%s: %s %s is applied before its namespace %s exists", e.Name(), o.Kind, o.Name, o.Namespace)
+			}
+		}
+	}
+	if n == 0 || !created[helmchart.Namespace] {
+		t.Fatalf("%d objects in deploy/, namespaces created %v: want meshlet's, %s", n, created, helmchart.Namespace)
+	}
+}
