@@ -303,6 +303,7 @@ var configSamples = map[string]struct {
 	"redirect-backend":        {"iptables", "iptables"},
 	"iptables-variant":        {"legacy", "legacy"},
 	"standalone":              {true, "true"},
+	"unmesh-on-uninstall":     {true, "true"},
 	"kubeconfig":              {"/etc/meshlet/kubeconfig", "/etc/meshlet/kubeconfig"},
 	"excluded-namespaces":     {[]string{"kube-system", "istio-system"}, "kube-system,istio-system"},
 	"denied-runtime-handlers": {"runsc, kata", "runsc,kata"},
