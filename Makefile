@@ -10,10 +10,12 @@ STATICCHECK   := $(CACHE_DIR)/tools/staticcheck-$(STATICCHECK_VERSION)/staticche
 CHART         := deploy/charts/meshlet
 HELM_PROFILES := containerd k3s
 BIN           := bin
+# The version images and binaries are stamped with: the tag on HEAD, else dev.
+VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 TEST_FLAGS    ?= -race -count=1
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build test bench lint generate verify-generated manifests deps demo demo-dra demo-cni clean
+.PHONY: all build version image test bench lint generate verify-generated manifests deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -23,6 +25,19 @@ build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/meshlet ./cmd/meshlet
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-cni ./cmd/meshlet-cni
+
+## version: print the version make image tags and stamps (git describe
+## --tags --exact-match, else dev; VERSION=... overrides)
+version:
+	@echo $(VERSION)
+
+## image: meshlet's multi-arch (linux/amd64, linux/arm64) OCI image, built
+## without Docker by hack/mkimage: bin/meshlet-image.tar, named
+## localhost/meshlet/meshlet:$(VERSION) (ctr -n k8s.io images import it);
+## reproducible (SOURCE_DATE_EPOCH, else the commit time). Needs a Debian
+## host for the iptables layer (MKIMAGE_FLAGS=-iptables=false without it)
+image:
+	$(GO) run ./hack/mkimage -version $(VERSION) -o $(BIN)/meshlet-image.tar $(MKIMAGE_FLAGS)
 
 ## deps: install the system packages and Go tools the tests and lint need
 deps:

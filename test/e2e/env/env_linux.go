@@ -330,6 +330,20 @@ func (e *Env) ctr(args ...string) (string, error) {
 	return string(out), err
 }
 
+// Ctr runs ctr against the environment's containerd in the CRI's
+// namespace (k8s.io), so what it imports the kubelet's pods can use, and
+// returns its combined output. It gives up after timeout (ctr run waits
+// for its container).
+func (e *Env) Ctr(timeout time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, filepath.Join(e.opts.BinDir, "ctr"), append([]string{"--address", e.CRISocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
 // Exec runs a command inside the environment's network namespace (the
 // "node" the pods are attached to).
 func (e *Env) Exec(name string, args ...string) (string, error) {
