@@ -783,3 +783,22 @@ func TestKubectlApplyOrder(t *testing.T) {
 		t.Fatalf("%d objects in deploy/, namespaces created %v: want meshlet's, %s", n, created, helmchart.Namespace)
 	}
 }
+
+// TestSocketDirsMountedOnce: sockets that share a directory on the node
+// (here the runtime's NRI and CRI sockets) get one mount of it: Kubernetes
+// refuses two mounts at one path.
+func TestSocketDirsMountedOnce(t *testing.T) {
+	ds := only[*appsv1.DaemonSet](t, render(t, "--set", "paths.nriSocket=/run/runtime/nri.sock", "--set", "paths.criSocket=/run/runtime/cri.sock"))
+	mounts := map[string]int{}
+	for _, m := range ds.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounts[m.MountPath]++
+	}
+	if mounts["/run/runtime"] != 1 {
+		t.Fatalf("mounts of /run/runtime: %d, want 1 (mounts: %v)", mounts["/run/runtime"], mounts)
+	}
+	for path, n := range mounts {
+		if n > 1 {
+			t.Fatalf("%s mounted %d times", path, n)
+		}
+	}
+}

@@ -176,3 +176,22 @@ ServiceMonitor use that one.
 {{- fail (printf "%s=%q listens on port %s but ports.%s is %v: set both to the same port" .value .address $port .name .port) -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+meshlet.socketDirs is the directories of the sockets meshlet uses, as a YAML
+list of {name, path}, each directory once: a node may keep two of them in
+one directory (and Kubernetes refuses two mounts at one path).
+*/}}
+{{- define "meshlet.socketDirs" -}}
+{{- $paths := include "meshlet.paths" . | fromYaml -}}
+{{- $seen := dict -}}
+{{- $out := list -}}
+{{- range $d := list (list "nri" $paths.nriSocket) (list "ztunnel" $paths.ztunnelSocket) (list "cni-socket" $paths.cniSocket) (list "cri" $paths.criSocket) -}}
+{{- $path := dir (index $d 1) -}}
+{{- if not (hasKey $seen $path) -}}
+{{- $_ := set $seen $path true -}}
+{{- $out = append $out (dict "name" (index $d 0) "path" $path) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
