@@ -50,6 +50,8 @@ type Env struct {
 	NRISocket  string
 	containerd *exec.Cmd
 	cdExited   chan error
+	// netnsShared: NetnsDir made the runtime's netns dir a shared mount.
+	netnsShared bool
 }
 
 func (e *Env) path(p ...string) string { return filepath.Join(append([]string{e.opts.Dir}, p...)...) }
@@ -215,11 +217,26 @@ func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e
 func (e *Env) CNISocket() string { return e.path("cni.sock") }
 
 // NetnsDir is where containerd bind-mounts pods' network namespaces
-// (netns_mounts_under_state_dir), created if missing: a DaemonSet mounts it.
-func (e *Env) NetnsDir() string {
+// (netns_mounts_under_state_dir), for a DaemonSet to mount with
+// HostToContainer propagation. That needs a shared mount, which a node's
+// root is (systemd makes it so) but a test machine's may not be: the
+// directory is made a shared bind mount of itself.
+func (e *Env) NetnsDir() (string, error) {
 	dir := e.path("state", "io.containerd.grpc.v1.cri", "netns")
-	_ = os.MkdirAll(dir, 0o755)
-	return dir
+	if e.netnsShared {
+		return dir, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := syscall.Mount(dir, dir, "", syscall.MS_BIND, ""); err != nil {
+		return "", fmt.Errorf("bind-mount %s: %w", dir, err)
+	}
+	if err := syscall.Mount("", dir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
+		return "", fmt.Errorf("make %s a shared mount: %w", dir, err)
+	}
+	e.netnsShared = true
+	return dir, nil
 }
 
 // ImportImage imports an OCI archive into the runtime's k8s.io namespace,

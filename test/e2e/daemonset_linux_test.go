@@ -1,0 +1,336 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+	"github.com/meshlet/meshlet/test/cluster/clusterenv"
+)
+
+// meshletNamespace is where the chart is installed in the tests.
+const meshletNamespace = "meshlet-system"
+
+// release is meshlet installed with Helm on the test cluster.
+type release struct {
+	t          *testing.T
+	c          *clusterenv.Cluster
+	helm       string
+	kubeconfig string
+	values     string
+	zt         string // ztunnel's socket on the node
+	stateDir   string
+}
+
+// helmCmd runs helm against the cluster (inside the node's netns, where
+// the API server listens).
+func (r *release) helmCmd(args ...string) (string, error) {
+	cmd := exec.Command("nsenter", append([]string{"--net=" + theEnv(r.t).NetnsPath(), r.helm,
+		"--kubeconfig", r.kubeconfig}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (r *release) mustHelm(args ...string) {
+	r.t.Helper()
+	if out, err := r.helmCmd(args...); err != nil {
+		r.t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// buildImage builds meshlet's image at version and imports it into the
+// node's runtime, as an operator without a registry would.
+func buildImage(t *testing.T, version string) {
+	t.Helper()
+	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
+	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, "-iptables=false")
+	cmd.Dir = moduleRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build image %s: %v\n%s", version, err, out)
+	}
+	if out, err := theEnv(t).ImportImage(tar); err != nil {
+		t.Fatalf("import image %s: %v\n%s", version, err, out)
+	}
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// installMeshlet installs the chart with the node's paths (the test
+// runtime and kubelet live under temp dirs, not at the defaults).
+func installMeshlet(t *testing.T, c *clusterenv.Cluster, tag string, config map[string]any) *release {
+	t.Helper()
+	helmDir := privtest.RequireEnv(t, "MESHLET_HELM", "the directory hack/install-helm.sh prints (`make test` sets it)")
+	kubeconfig, err := c.Kube.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := theEnv(t)
+	dir, err := os.MkdirTemp("", "mlds") // short: socket paths
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	netnsDir, err := e.NetnsDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &release{t: t, c: c, helm: filepath.Join(helmDir, "helm"), kubeconfig: kubeconfig,
+		zt: filepath.Join(dir, "ztunnel", "ztunnel.sock"), stateDir: filepath.Join(dir, "state")}
+	cfg := map[string]any{"v": 2, "mode": "nri"}
+	for k, v := range config {
+		cfg[k] = v
+	}
+	values := map[string]any{
+		"image": map[string]any{"repository": "localhost/meshlet/meshlet", "tag": tag, "pullPolicy": "Never"},
+		"paths": map[string]any{
+			"nriSocket": e.NRISocket, "criSocket": e.CRISocket, "cniConfDir": e.CNIConfDir(), "cniBinDir": e.CNIBinDir(),
+			"kubeletDir": c.KubeletRootDir(), "ztunnelSocket": r.zt, "cniSocket": filepath.Join(dir, "cni", "cni.sock"),
+			"netnsDir": netnsDir, "stateDir": r.stateDir, "xtablesLock": filepath.Join(dir, "xtables.lock"),
+		},
+		"config": cfg,
+		// The cluster has no kube-proxy, so the kubernetes Service's IP
+		// leads nowhere: meshlet (host network) reaches the API server
+		// where it listens, in the node's netns.
+		"extraEnv": []map[string]any{{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}},
+	}
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.values = filepath.Join(dir, "values.yaml")
+	if err := os.WriteFile(r.values, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.mustHelm("install", "meshlet", filepath.Join(moduleRoot(t), "deploy", "charts", "meshlet"),
+		"-n", meshletNamespace, "--create-namespace", "-f", r.values)
+	t.Cleanup(func() {
+		if _, err := r.helmCmd("status", "meshlet", "-n", meshletNamespace); err == nil {
+			_, _ = r.helmCmd("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+		}
+	})
+	return r
+}
+
+// waitRolledOut waits until the DaemonSet's pod on the node runs image tag
+// and is Ready.
+func (r *release) waitRolledOut(tag string) *corev1.Pod {
+	r.t.Helper()
+	var ready *corev1.Pod
+	waitForf(r.t, func() (bool, string) {
+		pods, err := r.c.Client.CoreV1().Pods(meshletNamespace).List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for i, p := range pods.Items {
+			why := ""
+			for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+				if w := cs.State.Waiting; w != nil {
+					why += fmt.Sprintf(" %s: %s %s", cs.Name, w.Reason, w.Message)
+				}
+			}
+			for _, c := range p.Status.Conditions {
+				if c.Status != corev1.ConditionTrue && c.Message != "" {
+					why += fmt.Sprintf(" %s: %s", c.Type, c.Message)
+				}
+			}
+			if evs, err := r.c.Client.CoreV1().Events(meshletNamespace).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + p.Name}); err == nil {
+				for _, ev := range evs.Items {
+					if ev.Type == corev1.EventTypeWarning {
+						why += fmt.Sprintf(" event %s: %s", ev.Reason, ev.Message)
+					}
+				}
+			}
+			if logs, _ := filepath.Glob(fmt.Sprintf("/var/log/pods/%s_%s_%s/meshlet/*.log", p.Namespace, p.Name, p.UID)); len(logs) > 0 {
+				if b, err := os.ReadFile(logs[len(logs)-1]); err == nil {
+					lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+					why += "\n  log: " + strings.Join(lines[max(0, len(lines)-15):], "\n  log: ")
+				}
+			}
+			seen = append(seen, fmt.Sprintf("%s %s %s%s", p.Name, p.Spec.Containers[0].Image, p.Status.Phase, why))
+			if len(pods.Items) == 1 && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && podReady(&p) {
+				ready = &pods.Items[i]
+				return true, ""
+			}
+		}
+		return false, strings.Join(seen, "; ")
+	}, func() string { return "meshlet's pod at " + tag + " Running and Ready" })
+	return ready
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil
+		}
+	}
+	return false
+}
+
+// connectZtunnel connects a ztunnel stand-in to the socket the DaemonSet's
+// meshlet serves on the node.
+func (r *release) connectZtunnel() *mesh {
+	r.t.Helper()
+	zt := &zdstest.Ztunnel{}
+	waitFor(r.t, "the ztunnel stand-in connected to meshlet's socket", func() bool { return zt.Start(r.zt) == nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := zt.WaitSnapshot(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(zt.Stop)
+	return &mesh{t: r.t, env: theEnv(r.t), socket: r.zt, zt: zt}
+}
+
+// ambientPod creates a pod in a namespace labelled for the mesh.
+func ambientPod(t *testing.T, c *clusterenv.Cluster, ns, name string) *corev1.Pod {
+	t.Helper()
+	p := basePod(name)
+	p.Namespace = ns
+	return createPod(t, c, p)
+}
+
+// TestDaemonSetOnKubelet: meshlet installed with its Helm chart runs as a
+// DaemonSet on a real kubelet, from an image built without Docker and
+// imported into the node's containerd; it enrolls mesh pods; a chart
+// upgrade rolls it while mesh pods keep being created, and none of them
+// starts unmeshed; an uninstall leaves the node clean of meshlet's own
+// state while running pods keep their rules, and with unmesh-on-uninstall
+// releases them first.
+func TestDaemonSetOnKubelet(t *testing.T) {
+	c := startCluster(t, nil)
+	buildImage(t, "e2e-1")
+	buildImage(t, "e2e-2")
+	ctx := context.Background()
+	ns := "ds-mesh"
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: ambient}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the namespace's default service account", func() bool {
+		_, err := c.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil
+	})
+
+	start := time.Now()
+	r := installMeshlet(t, c, "e2e-1", nil)
+	r.waitRolledOut("e2e-1")
+	t.Logf("helm install to meshlet's pod Ready: %v", time.Since(start).Round(10*time.Millisecond))
+	m := r.connectZtunnel()
+
+	first := ambientPod(t, c, ns, "first")
+	waitPod(t, c, first, "Running", running)
+	checkEnrolled(t, m, first, true)
+	waitPod(t, c, first, "annotated ambient.istio.io/redirection=enabled", func(p *corev1.Pod) bool {
+		return p.Annotations["ambient.istio.io/redirection"] == "enabled"
+	})
+
+	// Upgrade to the second build while mesh pods keep coming: each one is
+	// enrolled exactly once (the runtime's validator holds a pod's
+	// containers while no meshlet runs; the kubelet retries).
+	var created []*corev1.Pod
+	var mu sync.Mutex
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			p := ambientPod(t, c, ns, fmt.Sprintf("during-%d", i))
+			mu.Lock()
+			created = append(created, p)
+			mu.Unlock()
+		}
+	})
+	r.mustHelm("upgrade", "meshlet", filepath.Join(moduleRoot(t), "deploy", "charts", "meshlet"), "-n", meshletNamespace,
+		"-f", r.values, "--set", "image.tag=e2e-2")
+	r.waitRolledOut("e2e-2")
+	close(stop)
+	wg.Wait()
+	// ztunnel reconnects to the new meshlet, as the real one does.
+	m.zt.Stop()
+	m = r.connectZtunnel()
+	if len(created) == 0 {
+		t.Fatal("no pod was created during the upgrade")
+	}
+	for _, p := range append(created, first) {
+		waitPod(t, c, p, "Running", running)
+		checkEnrolled(t, m, p, true)
+	}
+	t.Logf("%d mesh pods created during the upgrade, each enrolled once", len(created))
+
+	// Uninstall: the node is clean of meshlet's state; running pods keep
+	// their rules.
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+	waitFor(t, "meshlet's pod gone", func() bool {
+		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	if out, err := theEnv(t).Exec("nft", "list", "table", "inet", "meshlet"); err == nil {
+		t.Fatalf("the node's table inet meshlet outlived the uninstall:\n%s", out)
+	}
+	for _, f := range []string{"checkpoint.json", "claims.json", "debug.sock"} {
+		if _, err := os.Stat(filepath.Join(r.stateDir, f)); !os.IsNotExist(err) {
+			t.Fatalf("%s outlived the uninstall: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(r.zt); !os.IsNotExist(err) {
+		t.Fatalf("ztunnel's socket outlived the uninstall: %v", err)
+	}
+	// meshlet deletes its node's slice when it can; Helm deletes meshlet's
+	// RBAC a moment after its DaemonSet, so the kubelet, which wipes the
+	// slices of a driver whose plugin is gone (after 30 s), may be the one.
+	waitFor(t, "no mesh ResourceSlice left after the uninstall", func() bool {
+		slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		return err == nil && len(slices.Items) == 0
+	})
+	if !hasPodRules(t, first) {
+		t.Fatal("a running mesh pod lost its rules on uninstall")
+	}
+
+	// With unmesh-on-uninstall, every pod is released first.
+	r = installMeshlet(t, c, "e2e-2", map[string]any{"unmesh-on-uninstall": true})
+	r.waitRolledOut("e2e-2")
+	m = r.connectZtunnel()
+	m.waitFor("the running pod replayed", func([]*zdstest.Request) bool { return len(m.adds(string(first.UID))) > 0 })
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+	m.waitFor("a Del for the running pod", func(rs []*zdstest.Request) bool { return hasDel(rs, string(first.UID)) })
+	if hasPodRules(t, first) {
+		t.Fatal("unmesh-on-uninstall left the pod's rules")
+	}
+}
+
+// hasPodRules is whether the pod's sandbox netns holds meshlet's table.
+func hasPodRules(t *testing.T, p *corev1.Pod) bool {
+	t.Helper()
+	id, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
+	if err != nil || strings.TrimSpace(id) == "" {
+		t.Fatalf("sandbox of pod %s: %q %v", p.Name, id, err)
+	}
+	info, err := theEnv(t).InspectPod(strings.TrimSpace(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hasRules(t, info.NetnsPath)
+}
