@@ -7,14 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 // gitRepo makes a repository with one commit at a known time.
 func gitRepo(t *testing.T) string {
 	t.Helper()
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skipf("SKIPPING: git not found: %v", err)
-	}
+	privtest.RequireCommand(t, "git", "the Debian package git")
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"init", "-q"},
@@ -67,9 +67,7 @@ func TestGitMeta(t *testing.T) {
 // TestVersionAsMakefile: make image passes the Makefile's VERSION; the tool
 // computes the same when run alone.
 func TestVersionAsMakefile(t *testing.T) {
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skipf("SKIPPING: make not found: %v", err)
-	}
+	privtest.RequireCommand(t, "make", "the Debian package make")
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ package privtest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 )
 
@@ -52,6 +53,19 @@ func RequireFile(t testing.TB, path, why string) {
 		t.Fatalf("%s: %v (%s)", path, err, why)
 	} else {
 		t.Skipf("SKIPPING: %s: %v (%s)", path, err, why)
+	}
+}
+
+// RequireCommand fails (CI=true) or skips (elsewhere) unless the command
+// is on PATH (why says what provides it).
+func RequireCommand(t testing.TB, name, why string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err == nil {
+		return
+	} else if inCI() {
+		t.Fatalf("%s: %v (%s)", name, err, why)
+	} else {
+		t.Skipf("SKIPPING: %s: %v (%s)", name, err, why)
 	}
 }
 
