@@ -238,27 +238,27 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 // removed: meshlet is being uninstalled and was asked to leave no pod
 // redirected to a ztunnel that may be going too.
 func (c *Core) UnmeshAll(ctx context.Context) error {
-	c.mu.RLock()
-	uids := make([]string, 0, len(c.slots))
-	for uid := range c.slots {
-		uids = append(uids, uid)
-	}
-	c.mu.RUnlock()
-	errs := c.parallel(len(uids), func(i int) error {
-		s := c.lockSlot(uids[i], false)
-		if s == nil {
-			return nil
-		}
-		defer s.mu.Unlock()
+	return c.eachPod(func(s *slot) error {
 		return c.release(ctx, s, RemoveAll, StateReleased, "meshlet uninstalled")
 	})
-	return errors.Join(errs...)
 }
 
 // Reevaluate re-decides every running pod the core knows (policy inputs
 // such as namespace labels changed): pods that now qualify are enrolled,
 // pods that no longer do are released with their in-pod rules removed.
 func (c *Core) Reevaluate(ctx context.Context) error {
+	return c.eachPod(func(s *slot) error {
+		if s.state == StateReleased || s.state == StateReleasing {
+			return nil // stopped pods stay stopped
+		}
+		_, err := c.converge(ctx, s, HandoverDeferred)
+		return err
+	})
+}
+
+// eachPod runs fn, in parallel, on every pod the core knows, each with its
+// slot locked; pods gone meanwhile are skipped.
+func (c *Core) eachPod(fn func(s *slot) error) error {
 	c.mu.RLock()
 	uids := make([]string, 0, len(c.slots))
 	for uid := range c.slots {
@@ -271,11 +271,7 @@ func (c *Core) Reevaluate(ctx context.Context) error {
 			return nil
 		}
 		defer s.mu.Unlock()
-		if s.state == StateReleased || s.state == StateReleasing {
-			return nil // stopped pods stay stopped
-		}
-		_, err := c.converge(ctx, s, HandoverDeferred)
-		return err
+		return fn(s)
 	})
 	return errors.Join(errs...)
 }
