@@ -58,7 +58,8 @@ bench: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
-	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && { \
+	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && \
+	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" && export MESHLET_HELM && { \
 	  $(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 100x -count 3 ./cnifallback/chaintest/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \

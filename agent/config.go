@@ -67,6 +67,11 @@ type Config struct {
 	// Empty disables.
 	HealthAddr  string
 	MetricsAddr string
+	// HealthSocket serves /healthz and /readyz on a Unix socket from
+	// start-up, before the node lock: the exec probes (meshlet probe) of a
+	// pod that waits, during a surge update, for the previous meshlet to
+	// exit. Each meshlet needs its own path. Empty disables.
+	HealthSocket string
 	// Policy selects pods and names the annotations of their settings.
 	Policy policy.Config
 	// PodDefaults are the per-pod settings of a pod that gives none.
@@ -108,6 +113,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the checkpoint of enrolled pods (lets a restarted meshlet adopt running pods' rules)")
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
+	fs.StringVar(&c.HealthSocket, "health-socket", c.HealthSocket, "Unix socket for /healthz and /readyz, served from start-up, also while waiting for another meshlet on the node to exit (meshlet probe reads it; the DaemonSet's probes use it); one per meshlet (empty: off)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
 	fs.Var(newListValue(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
 	fs.Var(newListValue(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
@@ -144,7 +150,7 @@ func (c *Config) Validate() error {
 	if c.NRI.SocketPath == "" {
 		return errors.New("--nri-socket must not be empty")
 	}
-	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}, {"--cni-socket", c.CNI.Socket}} {
+	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}, {"--cni-socket", c.CNI.Socket}, {"--health-socket", c.HealthSocket}} {
 		if len(s.path) > maxSocketPath {
 			return fmt.Errorf("%s=%q is %d bytes, longer than the %d a Unix socket path may have (sun_path is %d bytes, NUL included)",
 				s.flag, s.path, len(s.path), maxSocketPath, maxSocketPath+1)

@@ -10,23 +10,24 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
 )
 
-// healthHandler serves /healthz (the process is alive) and /readyz (the
-// node can enroll pods: ZDS socket serving, the API informers synced when
-// an API server is used, the runtime connected over NRI); ready says why
-// not.
-func healthHandler(ready func() error) http.Handler {
+// healthHandler serves /healthz (the process is alive) and /readyz: ready
+// says, with a detail, whether this meshlet does its part on the node (see
+// readiness), or why not.
+func healthHandler(ready func() (string, error)) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := ready(); err != nil {
+		detail, err := ready()
+		if err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		fmt.Fprintf(w, "ok: %s\n", detail)
 	})
 	return mux
 }
@@ -74,4 +75,11 @@ func (s *httpServer) stop() error {
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
 	return errors.Join(err, <-s.done)
+}
+
+// stopHTTP stops s, logging a failure (shutdown goes on).
+func stopHTTP(logger klog.Logger, s *httpServer) {
+	if err := s.stop(); err != nil {
+		logger.Error(err, "Stopping HTTP server", "address", s.Addr())
+	}
 }

@@ -213,7 +213,8 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 // TestRunServesUntilCancelled runs the daemon without a container runtime:
 // it serves ZDS, is alive but not ready (naming why), exports metrics, and
-// stops cleanly on cancellation, removing its socket.
+// stops cleanly on cancellation, removing its socket; a second daemon on
+// the same node waits as a ready standby and takes over when it exits.
 func TestRunServesUntilCancelled(t *testing.T) {
 	privtest.RequireRoot(t)
 	_, ctx := ktesting.NewTestContext(t)
@@ -266,9 +267,47 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		!strings.Contains(body, "meshlet_runtime_connected 0") || !strings.Contains(body, `meshlet_enroll_failures_total{step="ztunnel"} 0`) {
 		t.Errorf("/metrics lacks meshlet's metrics:\n%s", body)
 	}
+
+	// A second meshlet on the node (a surge update) waits for the node
+	// lock as a ready standby, probed on its own health socket; it serves
+	// once the first exits, on the same ports.
+	next := cfg
+	next.HealthSocket = filepath.Join(dir, "next", "health.sock")
+	nextCtx, nextCancel := context.WithCancel(context.Background())
+	defer nextCancel()
+	nextErr := make(chan error, 1)
+	go func() { nextErr <- Run(nextCtx, next) }()
+	probe := func(c Config) (string, error) {
+		var out strings.Builder
+		err := Probe(context.Background(), c, "readyz", &out)
+		return out.String(), err
+	}
+	var answer string
+	for deadline := time.Now().Add(5 * time.Second); answer != "ok: "+standbyDetail+"\n"; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second meshlet's readiness while the first serves: %q, %v; want ok (standby)", answer, err)
+		}
+		answer, err = probe(next)
+	}
 	cancel()
 	if err := <-errc; err != nil {
 		t.Fatalf("Run: %v", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); err == nil || !strings.Contains(err.Error(), "NRI"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second meshlet's readiness after the first exited: %q, %v; want 503 naming NRI (it serves, without a runtime)", answer, err)
+		}
+		answer, err = probe(next)
+	}
+	if code, body := httpGet(t, "http://"+cfg.HealthAddr+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "NRI") {
+		t.Errorf("/readyz on the node's health port from the second meshlet = %d %q, want 503 naming NRI", code, body)
+	}
+	nextCancel()
+	if err := <-nextErr; err != nil {
+		t.Fatalf("second Run: %v", err)
+	}
+	if _, err := os.Stat(next.HealthSocket); !os.IsNotExist(err) {
+		t.Errorf("health socket left behind: %v", err)
 	}
 	if _, err := os.Stat(cfg.ZtunnelSocket); !os.IsNotExist(err) {
 		t.Fatalf("socket left behind: %v", err)

@@ -25,7 +25,8 @@ import (
 // ordered: the pod source goes first (no new pods: the NRI plugin, or CNI
 // mode's server), then the DRA kubelet plugin (its device tainted first),
 // then the API watchers, then the checkpoint writer (a last write), then
-// the ZDS server, then the HTTP endpoints, and last the node lock.
+// the ZDS server, then the HTTP endpoints, then the node lock, and last
+// the health socket (served from start-up: see readiness).
 // Enrolled pods keep their rules: an agent restart or upgrade must not
 // unmesh running pods (the next agent re-adopts them, and ztunnel keeps
 // proxying meanwhile). Only when meshlet's DaemonSet is deleted does a
@@ -98,10 +99,24 @@ func Run(ctx context.Context, cfg Config) error {
 		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
 		defer stopDRA()
 	}
+	ready := &readiness{}
+	if driver != nil {
+		ready.plugin = driver.Serving
+	}
+	if cfg.HealthSocket != "" {
+		// Served before the node lock: a meshlet waiting for the
+		// previous one to exit (a surge update) is probed too.
+		s, err := serveHealthSocket(cfg.HealthSocket, healthHandler(ready.check))
+		if err != nil {
+			return err
+		}
+		defer stopHTTP(logger, s)
+	}
 	release, err := acquireNodeLock(root, cfg.StateDir)
 	if err != nil {
 		return stopped(ctx, root, err)
 	}
+	ready.lockHeld.Store(true)
 	// The DRA plugin stops (its device tainted) before the lock goes, so a
 	// successor never publishes the node's slice alongside it.
 	defer func() { stopDRA(); release() }()
@@ -162,7 +177,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	var zdsServing atomic.Bool
-	ready := func() error {
+	serving := func() error {
 		switch {
 		case !zdsServing.Load():
 			return errors.New("ZDS socket not serving")
@@ -171,16 +186,18 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return source.notReady()
 	}
+	ready.serving.Store(&serving)
+	// Stopped before the node lock goes: a successor binds the same ports.
 	var servers []*httpServer
 	defer func() {
 		for _, s := range servers {
-			if err := s.stop(); err != nil {
-				logger.Error(err, "Stopping HTTP server")
-			}
+			stopHTTP(logger, s)
 		}
 	}()
+	// The TCP listeners, unlike the health socket, are the serving
+	// meshlet's: their ports are the node's (host network).
 	if cfg.HealthAddr != "" {
-		s, err := listenHTTP("health", cfg.HealthAddr, healthHandler(ready))
+		s, err := listenHTTP("health", cfg.HealthAddr, healthHandler(ready.check))
 		if err != nil {
 			return err
 		}

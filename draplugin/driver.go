@@ -96,6 +96,10 @@ type Driver struct {
 	// node is set once by Lead; leading is closed then.
 	node    Node
 	leading chan struct{}
+
+	// helper is the running kubelet plugin (nil before Run starts it and
+	// after it stops).
+	helper atomic.Pointer[kubeletplugin.Helper]
 }
 
 var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
@@ -171,8 +175,9 @@ func (d *Driver) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("start kubelet plugin %s: %w", d.cfg.DriverName, err)
 	}
-	defer helper.Stop()
-	logger.Info("DRA kubelet plugin registered", "driver", d.cfg.DriverName, "pluginDir", d.cfg.dataDir(), "rollingUpdate", d.cfg.PodUID != "")
+	d.helper.Store(helper)
+	defer func() { d.helper.Store(nil); helper.Stop() }()
+	logger.Info("DRA kubelet plugin serving", "driver", d.cfg.DriverName, "pluginDir", d.cfg.dataDir(), "rollingUpdate", d.cfg.PodUID != "")
 	select {
 	case <-ctx.Done():
 		return stopCause(ctx)
@@ -210,6 +215,17 @@ func (d *Driver) Run(ctx context.Context) error {
 			logger.Info("Mesh device tainted: the node cannot enroll pods", "driver", d.cfg.DriverName, "reason", next.Reason, "detail", next.Message)
 		}
 	}
+}
+
+// Serving is nil while the kubelet plugin serves (its registration socket
+// is up: the kubelet's plugin watcher registers it from there), else why
+// not. The kubelet's answer itself is not read: the helper keeps it
+// without synchronisation.
+func (d *Driver) Serving() error {
+	if d.helper.Load() == nil {
+		return fmt.Errorf("DRA kubelet plugin %s not serving", d.cfg.DriverName)
+	}
+	return nil
 }
 
 // DeviceReady reports whether this meshlet publishes the node's mesh

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,9 @@ func TestRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := d.Serving(); err == nil {
+		t.Error("Serving before Run: nil")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -48,6 +52,9 @@ func TestRun(t *testing.T) {
 	})
 	if slices := listSlices(t, client); len(slices) != 0 {
 		t.Fatalf("a standby published %d slices", len(slices))
+	}
+	if err := d.Serving(); err != nil {
+		t.Errorf("Serving while registered: %v", err)
 	}
 
 	var ready atomic.Bool
@@ -90,6 +97,9 @@ func TestRun(t *testing.T) {
 		t.Fatal("Run did not return after its context ended")
 	}
 	wantTaint(stoppedState.Reason)
+	if err := d.Serving(); err == nil || !strings.Contains(err.Error(), "not serving") {
+		t.Errorf("Serving after Run returned: %v", err)
+	}
 }
 
 func listSlices(t *testing.T, client *fake.Clientset) []resourceapi.ResourceSlice {

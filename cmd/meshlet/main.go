@@ -19,26 +19,38 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Environ(), os.Stderr)) }
 
-// commands run once instead of the daemon, with the daemon's flags.
-var commands = map[string]func(context.Context, agent.Config) error{
-	"install-cni":   agent.InstallCNI,
-	"uninstall-cni": agent.UninstallCNI,
-	"status": func(ctx context.Context, cfg agent.Config) error {
+// command runs once instead of the daemon, with the daemon's flags and
+// the arguments after them (arg names the one it takes; "": none).
+type command struct {
+	arg string
+	run func(ctx context.Context, cfg agent.Config, arg string) error
+}
+
+var commands = map[string]command{
+	"install-cni":   {run: func(ctx context.Context, cfg agent.Config, _ string) error { return agent.InstallCNI(ctx, cfg) }},
+	"uninstall-cni": {run: func(ctx context.Context, cfg agent.Config, _ string) error { return agent.UninstallCNI(ctx, cfg) }},
+	"status": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
 		return agent.Status(ctx, cfg, os.Stdout)
-	},
-	"enable-nri": func(ctx context.Context, cfg agent.Config) error {
+	}},
+	"enable-nri": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
 		return agent.CheckNRI(ctx, cfg, os.Stdout)
-	},
+	}},
+	"probe": {arg: strings.Join(agent.ProbeEndpoints, "|"), run: func(ctx context.Context, cfg agent.Config, endpoint string) error {
+		return agent.Probe(ctx, cfg, endpoint, os.Stdout)
+	}},
 }
 
 // run is the daemon, or one of commands; it returns the exit status: 2 for
 // a setting that cannot work, before anything starts.
 func run(args, environ []string, stderr io.Writer) int {
 	defer klog.Flush()
-	var command string
-	if len(args) > 0 && commands[args[0]] != nil {
-		command, args = args[0], args[1:]
+	var name string
+	if len(args) > 0 {
+		if _, ok := commands[args[0]]; ok {
+			name, args = args[0], args[1:]
+		}
 	}
+	cmd := commands[name]
 	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
 
 	fs.SetOutput(stderr)
@@ -48,12 +60,13 @@ func run(args, environ []string, stderr io.Writer) int {
 	agent.DescribeEnv(fs)
 	flagsUsage := fs.Usage
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni] [flags]\n"+
+		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni | probe readyz|healthz] [flags]\n"+
 			"Without a command, meshlet runs the node agent. status prints the node's pods as the running\n"+
 			"meshlet sees them (from its debug socket in --state-dir). enable-nri checks that the runtime's\n"+
 			"NRI socket answers and otherwise prints what to set in the runtime's configuration (it edits\n"+
 			"nothing). install-cni chains meshlet-cni into the runtime's CNI configuration once; uninstall-cni\n"+
-			"removes what it added (both read the --cni-* flags).\n\n")
+			"removes what it added (both read the --cni-* flags). probe asks the meshlet on --health-socket\n"+
+			"for /readyz or /healthz and exits 0 when it answers ok (the DaemonSet's probes).\n\n")
 		flagsUsage()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -62,7 +75,14 @@ func run(args, environ []string, stderr io.Writer) int {
 		}
 		return 2
 	}
-	if fs.NArg() > 0 {
+	var arg string
+	switch {
+	case cmd.arg != "" && fs.NArg() != 1:
+		fmt.Fprintf(stderr, "meshlet %s: want one argument, %s; got %q\n", name, cmd.arg, fs.Args())
+		return 2
+	case cmd.arg != "":
+		arg = fs.Arg(0)
+	case fs.NArg() > 0:
 		fmt.Fprintf(stderr, "meshlet: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
@@ -75,9 +95,9 @@ func run(args, environ []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background())
-	if command != "" {
-		if err := commands[command](ctx, cfg); err != nil {
-			fmt.Fprintf(stderr, "meshlet %s: %v\n", command, err)
+	if name != "" {
+		if err := cmd.run(ctx, cfg, arg); err != nil {
+			fmt.Fprintf(stderr, "meshlet %s: %v\n", name, err)
 			return 1
 		}
 		return 0

@@ -54,10 +54,29 @@ func TestBadSettingsExitWithStatus2NamingThem(t *testing.T) {
 		{"socket path too long", []string{"--standalone", "--ztunnel-socket=/run/" + strings.Repeat("z", 120)}, nil, "--ztunnel-socket"},
 		{"bad variable", nil, []string{"MESHLET_STANDALONE=maybe"}, "MESHLET_STANDALONE"},
 		{"bad flag", []string{"--redirect-backend=ebpf"}, nil, "want nftables or iptables"},
+		{"health socket path too long", []string{"--standalone", "--health-socket=/run/" + strings.Repeat("h", 120)}, nil, "--health-socket"},
+		{"probe without an endpoint", []string{"probe"}, nil, "meshlet probe: want one argument, readyz|healthz"},
+		{"probe with two endpoints", []string{"probe", "readyz", "healthz"}, nil, "want one argument"},
+		{"argument to a command without one", []string{"status", "pods"}, nil, "unexpected arguments"},
 	} {
 		var out bytes.Buffer
 		if code := run(c.args, c.environ, &out); code != 2 || !strings.Contains(out.String(), c.want) {
 			t.Errorf("%s: exit %d, output %q; want exit 2 and a message naming %s", c.name, code, out.String(), c.want)
 		}
+	}
+}
+
+// TestProbeExitStatus: meshlet probe exits 0 only when meshlet answers ok
+// (the kubelet's exec probe reads the status), naming what went wrong
+// otherwise.
+func TestProbeExitStatus(t *testing.T) {
+	var out bytes.Buffer
+	sock := filepath.Join(t.TempDir(), "health.sock")
+	if code := run([]string{"probe", "readyz"}, []string{"MESHLET_HEALTH_SOCKET=" + sock}, &out); code != 1 || !strings.Contains(out.String(), "ask meshlet at "+sock) {
+		t.Errorf("probe with no meshlet: exit %d, output %q; want exit 1 naming the socket", code, out.String())
+	}
+	out.Reset()
+	if code := run([]string{"probe", "livez"}, []string{"MESHLET_HEALTH_SOCKET=" + sock}, &out); code != 1 || !strings.Contains(out.String(), "want one of readyz, healthz") {
+		t.Errorf("probe livez: exit %d, output %q; want exit 1 naming the endpoints", code, out.String())
 	}
 }

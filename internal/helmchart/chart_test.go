@@ -243,18 +243,18 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "dra.driverName=Mesh_Driver"}, []string{"/dra/driverName"}},
 		{[]string{"--set", "image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
 		{[]string{"--set", "updateStrategy.maxSurge=lots"}, []string{"/updateStrategy/maxSurge"}},
-		{[]string{"--set", "ports.health=70000"}, []string{"/ports/health"}},
+		{[]string{"--set", "ports.health=9880"}, []string{"ports"}},
+		{[]string{"--set", "health.address=localhost"}, []string{"/health/address"}},
 		{[]string{"--set", "metrics.serviceMonitor.enable=true"}, []string{"/metrics/serviceMonitor", "enable"}},
 		{[]string{"--set", "replicas=2"}, []string{"replicas"}},
 		// Flags the chart derives from other values: the error names the value.
 		{[]string{"--set", "config.cri-socket=/run/crio/crio.sock"}, []string{"config.cri-socket", "paths.criSocket"}},
 		{[]string{"--set", "config.cni-bin-dir=/x"}, []string{"config.cni-bin-dir", "paths.cniBinDir"}},
 		{[]string{"--set", "config.metrics-addr=:1"}, []string{"config.metrics-addr", "metrics.address"}},
+		{[]string{"--set", "config.health-socket=/run/h.sock"}, []string{"config.health-socket", "emptyDir"}},
 		{[]string{"--set", "config.dra=false"}, []string{"config.dra", "dra.enabled"}},
 		{[]string{"--set", "config.node-name=n"}, []string{"config.node-name", "spec.nodeName"}},
 		// Values that must agree.
-		{[]string{"--set", "health.address=127.0.0.1:9990"}, []string{"health.address", "ports.health"}},
-		{[]string{"--set", "ports.metrics=9990"}, []string{"metrics.address", "ports.metrics"}},
 		{[]string{"--set", "updateStrategy.maxUnavailable=0,updateStrategy.maxSurge=0"}, []string{"maxSurge and maxUnavailable are both 0"}},
 		{[]string{"--set", "metrics.serviceMonitor.enabled=true,metrics.address="}, []string{"metrics.serviceMonitor.enabled", "metrics.address"}},
 		{[]string{"--kube-version", "1.36.0"}, []string{"dra.enabled", "1.37"}},
@@ -272,7 +272,7 @@ func TestChartValuesRefused(t *testing.T) {
 	}
 	// The same values pass where the chart allows them.
 	render(t, "--kube-version", "1.36.0", "--set", "dra.enabled=false")
-	render(t, "--set", "ports.metrics=9990,metrics.address=:9990")
+	render(t, "--set", "health.address=,metrics.address=")
 	render(t, "--set", "config.mode=null") // a later values file may unset a flag
 }
 
@@ -434,6 +434,12 @@ func TestChartDaemonConfigValid(t *testing.T) {
 		}
 		hostPaths := volumePaths(ds)
 		for name, path := range mounts {
+			if name == "health" { // the pod's own emptyDir: --health-socket
+				if filepath.Dir(cfg.HealthSocket) != path {
+					t.Errorf("profile %s: --health-socket=%q is not in the health volume (%q)", p, cfg.HealthSocket, path)
+				}
+				continue
+			}
 			if hostPaths[name] != path {
 				t.Errorf("profile %s: volume %s mounts host %q at %q: the chart mounts host paths at the same path", p, name, hostPaths[name], path)
 			}
@@ -515,20 +521,31 @@ func TestChartDaemonSet(t *testing.T) {
 	if c.Image != "localhost/meshlet/meshlet:dev" || c.ImagePullPolicy != corev1.PullIfNotPresent {
 		t.Errorf("image %s (%s), want localhost/meshlet/meshlet:dev (IfNotPresent)", c.Image, c.ImagePullPolicy)
 	}
+	// The probes ask this pod's own meshlet, on a socket in its own
+	// emptyDir: a surge pod is probed itself, never the old meshlet that
+	// still holds the node's ports. No port is declared (on the host
+	// network it would be a host port the surge pod could not get).
 	for _, p := range []struct {
-		probe *corev1.Probe
-		path  string
-	}{{c.ReadinessProbe, "/readyz"}, {c.LivenessProbe, "/healthz"}} {
-		if p.probe == nil || p.probe.HTTPGet == nil || p.probe.HTTPGet.Path != p.path || p.probe.HTTPGet.Host != "127.0.0.1" || p.probe.HTTPGet.Port.StrVal != "health" {
-			t.Errorf("probe %+v, want GET %s on 127.0.0.1, port health", p.probe, p.path)
+		probe    *corev1.Probe
+		endpoint string
+	}{{c.ReadinessProbe, "readyz"}, {c.LivenessProbe, "healthz"}} {
+		if p.probe == nil || p.probe.Exec == nil || !slices.Equal(p.probe.Exec.Command, []string{"/usr/local/bin/meshlet", "probe", p.endpoint}) || p.probe.TimeoutSeconds < 2 {
+			t.Errorf("probe %+v, want exec meshlet probe %s with a timeout above the 1 s default", p.probe, p.endpoint)
 		}
 	}
-	ports := map[string]int32{}
-	for _, p := range c.Ports {
-		ports[p.Name] = p.ContainerPort
+	if len(c.Ports) != 0 {
+		t.Errorf("ports %+v, want none", c.Ports)
 	}
-	if ports["health"] != 9880 || ports["metrics"] != 9881 {
-		t.Errorf("ports %v, want health 9880, metrics 9881", ports)
+	healthDir := ""
+	for _, m := range c.VolumeMounts {
+		for _, v := range spec.Volumes {
+			if v.Name == m.Name && v.EmptyDir != nil {
+				healthDir = m.MountPath
+			}
+		}
+	}
+	if e := env(t, ds); healthDir == "" || filepath.Dir(e["MESHLET_HEALTH_SOCKET"]) != healthDir {
+		t.Errorf("MESHLET_HEALTH_SOCKET=%q, want a socket in the pod's emptyDir (mounted at %q)", e["MESHLET_HEALTH_SOCKET"], healthDir)
 	}
 	e := env(t, ds)
 	if e["MESHLET_HEALTH_ADDR"] != "127.0.0.1:9880" || e["MESHLET_METRICS_ADDR"] != ":9881" {
@@ -540,8 +557,8 @@ func TestChartDaemonSet(t *testing.T) {
 		}
 	}
 	ru := ds.Spec.UpdateStrategy.RollingUpdate
-	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxUnavailable.IntValue() != 1 || ru.MaxSurge.IntValue() != 0 {
-		t.Errorf("updateStrategy %+v, want RollingUpdate, maxUnavailable 1, maxSurge 0", ds.Spec.UpdateStrategy)
+	if ds.Spec.UpdateStrategy.Type != appsv1.RollingUpdateDaemonSetStrategyType || ru == nil || ru.MaxUnavailable.IntValue() != 0 || ru.MaxSurge.IntValue() != 1 {
+		t.Errorf("updateStrategy %+v, want RollingUpdate, maxSurge 1, maxUnavailable 0", ds.Spec.UpdateStrategy)
 	}
 	if ds.Spec.Template.Annotations["prometheus.io/scrape"] != "true" || ds.Spec.Template.Annotations["prometheus.io/port"] != "9881" {
 		t.Errorf("pod annotations %v, want Prometheus's", ds.Spec.Template.Annotations)
@@ -551,7 +568,6 @@ func TestChartDaemonSet(t *testing.T) {
 	ds = only[*appsv1.DaemonSet](t, renderValues(t, `
 image: {repository: registry.example.com/meshlet, tag: v1.2.3, pullPolicy: Always}
 updateStrategy: {maxUnavailable: 25%, maxSurge: 0}
-ports: {health: 19880, metrics: 19881}
 health: {address: "0.0.0.0:19880"}
 metrics: {address: "127.0.0.1:19881", podAnnotations: false}
 tolerations: [{key: example.com/dedicated, operator: Equal, value: mesh, effect: NoSchedule}]
@@ -567,15 +583,8 @@ podAnnotations: {example.com/owner: mesh-team}
 	if ru := ds.Spec.UpdateStrategy.RollingUpdate; ru.MaxUnavailable.String() != "25%" {
 		t.Errorf("maxUnavailable %s, want 25%%", ru.MaxUnavailable.String())
 	}
-	if c.ReadinessProbe.HTTPGet.Host != "127.0.0.1" || c.LivenessProbe.HTTPGet.Host != "127.0.0.1" {
-		t.Errorf("probes on %s, want 127.0.0.1 for a health address on every interface", c.ReadinessProbe.HTTPGet.Host)
-	}
-	ports = map[string]int32{}
-	for _, p := range c.Ports {
-		ports[p.Name] = p.ContainerPort
-	}
-	if e := env(t, ds); ports["health"] != 19880 || ports["metrics"] != 19881 || e["MESHLET_HEALTH_ADDR"] != "0.0.0.0:19880" || e["MESHLET_METRICS_ADDR"] != "127.0.0.1:19881" {
-		t.Errorf("ports %v, env %v", ports, e)
+	if e := env(t, ds); e["MESHLET_HEALTH_ADDR"] != "0.0.0.0:19880" || e["MESHLET_METRICS_ADDR"] != "127.0.0.1:19881" {
+		t.Errorf("env %v", e)
 	}
 	if a := ds.Spec.Template.Annotations; a["prometheus.io/scrape"] != "" || a["example.com/owner"] != "mesh-team" || a["tolerate-missing-plugins.meshlet.dev"] != "true" {
 		t.Errorf("annotations %v: want podAnnotations', the runtime validator's toleration and no Prometheus ones", a)
@@ -589,15 +598,15 @@ podAnnotations: {example.com/owner: mesh-team}
 		t.Errorf("resources %+v, want the value's cpu request over the defaults", c.Resources)
 	}
 
-	// A health address on one interface is probed there; no metrics address:
-	// no metrics port, no scrape annotations.
-	ds = only[*appsv1.DaemonSet](t, render(t, "--set", "health.address=10.0.0.5:9880,metrics.address="))
-	c = ds.Spec.Template.Spec.Containers[0]
-	if c.ReadinessProbe.HTTPGet.Host != "10.0.0.5" || len(c.Ports) != 1 || ds.Spec.Template.Annotations["prometheus.io/scrape"] != "" {
-		t.Errorf("probe host %s, ports %+v, annotations %v", c.ReadinessProbe.HTTPGet.Host, c.Ports, ds.Spec.Template.Annotations)
+	// Metrics on another port: the annotations name it; no metrics
+	// address: no scrape annotations.
+	ds = only[*appsv1.DaemonSet](t, render(t, "--set", "metrics.address=:19990"))
+	if a := ds.Spec.Template.Annotations; a["prometheus.io/port"] != "19990" {
+		t.Errorf("annotations %v, want prometheus.io/port 19990", a)
 	}
-	if e := env(t, ds); e["MESHLET_METRICS_ADDR"] != "" {
-		t.Errorf("MESHLET_METRICS_ADDR=%q, want empty (metrics off)", e["MESHLET_METRICS_ADDR"])
+	ds = only[*appsv1.DaemonSet](t, render(t, "--set", "metrics.address="))
+	if e := env(t, ds); e["MESHLET_METRICS_ADDR"] != "" || ds.Spec.Template.Annotations["prometheus.io/scrape"] != "" {
+		t.Errorf("MESHLET_METRICS_ADDR=%q, annotations %v; want metrics off, no scrape annotations", e["MESHLET_METRICS_ADDR"], ds.Spec.Template.Annotations)
 	}
 
 	// The runtime validator's toleration annotation is the runtime's key.
@@ -725,8 +734,11 @@ func TestChartOptionalObjects(t *testing.T) {
 	if sm == nil {
 		t.Fatal("no ServiceMonitor")
 	}
-	if svc.Spec.ClusterIP != corev1.ClusterIPNone || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.StrVal != "metrics" || svc.Spec.Ports[0].Name != "metrics" {
-		t.Errorf("Service %+v, want headless, port metrics", svc.Spec)
+	// The pod declares no ports (see TestChartDaemonSet): the Service
+	// targets the metrics address's port by number.
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone || len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].TargetPort.IntValue() != 9881 ||
+		svc.Spec.Ports[0].Port != 9881 || svc.Spec.Ports[0].Name != "metrics" {
+		t.Errorf("Service %+v, want headless, port metrics 9881", svc.Spec)
 	}
 	for k, v := range svc.Spec.Selector {
 		if ds.Spec.Template.Labels[k] != v {

@@ -4,7 +4,10 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -16,29 +19,44 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/test/cluster/clusterenv"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
-// BenchmarkRunPodSandbox: crictl runp wall time of a mesh-labelled pod,
-// without meshlet and with it (rules + ZDS Add + Ack inside the hook), in
-// the same run. The pod is removed after each iteration, untimed.
-// With meshlet it also reports the enroll latency quantiles from meshlet's
-// own histogram (interpolated inside buckets).
+// BenchmarkRunPodSandbox: crictl runp wall time of a mesh-labelled pod
+// without meshlet, with meshlet as a host process, and with meshlet as the
+// chart's DaemonSet pod on the test cluster's kubelet (its image imported
+// into the same containerd; standalone, as the host process is): rules +
+// ZDS Add + Ack inside the hook. The pod is removed after each iteration,
+// untimed. With meshlet it also reports the enroll latency quantiles from
+// meshlet's own histogram (interpolated inside buckets).
 func BenchmarkRunPodSandbox(b *testing.B) {
-	for _, withMeshlet := range []bool{false, true} {
-		b.Run(fmt.Sprintf("meshlet=%t", withMeshlet), func(b *testing.B) {
-			var m *mesh
-			if withMeshlet {
-				m = startMesh(b)
+	for _, where := range []string{"none", "host", "pod"} {
+		b.Run("meshlet="+where, func(b *testing.B) {
+			var metrics func() (string, error)
+			switch where {
+			case "host":
+				m := startMesh(b)
+				metrics = func() (string, error) {
+					_, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+					return body, err
+				}
+			case "pod":
+				c := startCluster(b, nil)
+				buildImage(b, "bench")
+				r := installMeshlet(b, c, "bench", map[string]any{"standalone": true})
+				r.waitRolledOut("bench")
+				followZtunnel(b, r.zt).current()
+				metrics = func() (string, error) { return nodeGet(b, "http://127.0.0.1:9881/metrics") }
 			}
 			var lat []time.Duration
 			i := 0
 			for b.Loop() {
 				i++
 				spec := env.PodSpec{Name: fmt.Sprintf("bench-%d", i), Namespace: "app",
-					UID: fmt.Sprintf("bench-%t-%d-%d", withMeshlet, time.Now().UnixNano(), i), Labels: ambient}
+					UID: fmt.Sprintf("bench-%s-%d-%d", where, time.Now().UnixNano(), i), Labels: ambient}
 				start := time.Now()
 				id, err := theEnv(b).RunPod(spec)
 				if err != nil {
@@ -54,8 +72,8 @@ func BenchmarkRunPodSandbox(b *testing.B) {
 			b.StopTimer()
 			slices.Sort(lat)
 			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "runp-p50-ms")
-			if withMeshlet {
-				_, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+			if metrics != nil {
+				body, err := metrics()
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -65,6 +83,25 @@ func BenchmarkRunPodSandbox(b *testing.B) {
 			}
 		})
 	}
+}
+
+// nodeGet fetches url from inside the node's network namespace (where a
+// host-network pod listens).
+func nodeGet(t testing.TB, url string) (string, error) {
+	nsPath := theEnv(t).NetnsPath()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return netnstest.Dial(ctx, nsPath, network, addr)
+		},
+	}}
+	resp, err := client.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
 }
 
 // BenchmarkMeshlet100Pods enrolls 100 pods through the runtime and reports

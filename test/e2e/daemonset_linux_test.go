@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
@@ -25,7 +27,7 @@ const meshletNamespace = "meshlet-system"
 
 // release is meshlet installed with Helm on the test cluster.
 type release struct {
-	t          *testing.T
+	t          testing.TB
 	c          *clusterenv.Cluster
 	helm       string
 	kubeconfig string
@@ -52,7 +54,7 @@ func (r *release) mustHelm(args ...string) {
 
 // buildImage builds meshlet's image at version and imports it into the
 // node's runtime, as an operator without a registry would.
-func buildImage(t *testing.T, version string) {
+func buildImage(t testing.TB, version string) {
 	t.Helper()
 	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
 	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, "-iptables=false")
@@ -65,7 +67,7 @@ func buildImage(t *testing.T, version string) {
 	}
 }
 
-func moduleRoot(t *testing.T) string {
+func moduleRoot(t testing.TB) string {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
@@ -76,7 +78,7 @@ func moduleRoot(t *testing.T) string {
 
 // installMeshlet installs the chart with the node's paths (the test
 // runtime and kubelet live under temp dirs, not at the defaults).
-func installMeshlet(t *testing.T, c *clusterenv.Cluster, tag string, config map[string]any) *release {
+func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[string]any) *release {
 	t.Helper()
 	helmDir := privtest.RequireEnv(t, "MESHLET_HELM", "the directory hack/install-helm.sh prints (`make test` sets it)")
 	kubeconfig, err := c.Kube.Kubeconfig()
@@ -211,11 +213,12 @@ func ambientPod(t *testing.T, c *clusterenv.Cluster, ns, name string) *corev1.Po
 
 // TestDaemonSetOnKubelet: meshlet installed with its Helm chart runs as a
 // DaemonSet on a real kubelet, from an image built without Docker and
-// imported into the node's containerd; it enrolls mesh pods; a chart
-// upgrade rolls it while mesh pods keep being created, and none of them
-// starts unmeshed; an uninstall leaves the node clean of meshlet's own
-// state while running pods keep their rules, and with unmesh-on-uninstall
-// releases them first.
+// imported into the node's containerd; it enrolls mesh pods, by label and
+// by resource; a chart upgrade rolls it with a surge (the new meshlet
+// waits Ready next to the old one) while mesh pods keep being created, and
+// none of them starts unmeshed; an uninstall leaves the node clean of
+// meshlet's own state while running pods keep their rules, and with
+// unmesh-on-uninstall releases them first.
 func TestDaemonSetOnKubelet(t *testing.T) {
 	c := startCluster(t, nil)
 	buildImage(t, "e2e-1")
@@ -234,7 +237,9 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	r := installMeshlet(t, c, "e2e-1", nil)
 	r.waitRolledOut("e2e-1")
 	t.Logf("helm install to meshlet's pod Ready: %v", time.Since(start).Round(10*time.Millisecond))
-	m := r.connectZtunnel()
+	// ztunnel follows meshlet across updates, as the real one does.
+	zt := followZtunnel(t, r.zt)
+	m := zt.current()
 
 	first := ambientPod(t, c, ns, "first")
 	waitPod(t, c, first, "Running", running)
@@ -242,10 +247,18 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	waitPod(t, c, first, "annotated ambient.istio.io/redirection=enabled", func(p *corev1.Pod) bool {
 		return p.Annotations["ambient.istio.io/redirection"] == "enabled"
 	})
+	// By resource: the chart's DeviceClass, the DaemonSet's DRA plugin.
+	byResource := meshPodByResource("by-resource")
+	byResource.Namespace = ns
+	byResource = createPod(t, c, byResource)
+	waitPod(t, c, byResource, "Running", running)
+	checkEnrolled(t, m, byResource, true)
 
-	// Upgrade to the second build while mesh pods keep coming: each one is
-	// enrolled exactly once (the runtime's validator holds a pod's
-	// containers while no meshlet runs; the kubelet retries).
+	// Upgrade to the second build while mesh pods, by label and by
+	// resource, keep coming. The update is a surge: the new meshlet is
+	// Ready (a standby on the node lock, its DRA plugin registered) while
+	// the old one still runs, and takes over when the old one exits.
+	surge := watchSurge(t, c, "e2e-1", "e2e-2")
 	var created []*corev1.Pod
 	var mu sync.Mutex
 	stop := make(chan struct{})
@@ -257,7 +270,12 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 				return
 			case <-time.After(300 * time.Millisecond):
 			}
-			p := ambientPod(t, c, ns, fmt.Sprintf("during-%d", i))
+			p := basePod(fmt.Sprintf("during-%d", i))
+			if i%2 == 1 {
+				p = meshPodByResource(fmt.Sprintf("during-%d", i))
+			}
+			p.Namespace = ns
+			p = createPod(t, c, p)
 			mu.Lock()
 			created = append(created, p)
 			mu.Unlock()
@@ -268,17 +286,31 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	r.waitRolledOut("e2e-2")
 	close(stop)
 	wg.Wait()
-	// ztunnel reconnects to the new meshlet, as the real one does.
-	m.zt.Stop()
-	m = r.connectZtunnel()
+	if why := surge(); why != "" {
+		t.Fatalf("the update was not a surge: %s", why)
+	}
+	m = zt.current()
 	if len(created) == 0 {
 		t.Fatal("no pod was created during the upgrade")
 	}
-	for _, p := range append(created, first) {
+	// Every pod is enrolled (one Add in the new meshlet's replay), and its
+	// app container started only after ztunnel had it: no mesh pod ran
+	// unmeshed across the update.
+	for _, p := range append(created, first, byResource) {
 		waitPod(t, c, p, "Running", running)
 		checkEnrolled(t, m, p, true)
+		added, started := zt.firstAdd(string(p.UID)), appStarted(t, p)
+		if added.IsZero() || !added.Before(started) {
+			t.Errorf("pod %s: app container started at %s, ztunnel's first Add at %s: it ran unmeshed", p.Name,
+				started.Format(time.RFC3339Nano), added.Format(time.RFC3339Nano))
+		}
 	}
-	t.Logf("%d mesh pods created during the upgrade, each enrolled once", len(created))
+	if rep := zt.repeatedAdds(); len(rep) > 0 {
+		t.Errorf("ztunnel got more than one Add for a pod from one meshlet: %v", rep)
+	}
+	t.Logf("%d mesh pods created during the upgrade (by label and by resource), each enrolled before its app container started; ztunnel without a meshlet for %v",
+		len(created), zt.handoverGaps())
+	zt.close()
 
 	// Uninstall: the node is clean of meshlet's state; running pods keep
 	// their rules.
@@ -319,6 +351,86 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	if hasPodRules(t, first) {
 		t.Fatal("unmesh-on-uninstall left the pod's rules")
 	}
+}
+
+// watchSurge watches meshlet's pods through an update from tag old to
+// tag next. The returned func stops watching and says what was wrong
+// ("" for a surge): the new pod must become Ready while the old one is
+// running and not yet being deleted.
+func watchSurge(t *testing.T, c *clusterenv.Cluster, old, next string) func() string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := c.Client.CoreV1().Pods(meshletNamespace).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	result := make(chan string, 1)
+	go func() {
+		defer w.Stop()
+		pods := map[string]*corev1.Pod{}
+		seen := "no new pod became Ready"
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			if ev.Type == watch.Deleted {
+				delete(pods, p.Name)
+				continue
+			}
+			pods[p.Name] = p
+			if !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+next) || !podReady(p) {
+				continue
+			}
+			seen = "the new pod became Ready with no old pod running next to it"
+			for _, o := range pods {
+				if strings.HasSuffix(o.Spec.Containers[0].Image, ":"+old) && o.DeletionTimestamp == nil && o.Status.Phase == corev1.PodRunning {
+					seen = ""
+				}
+			}
+			if seen == "" {
+				break
+			}
+		}
+		result <- seen
+	}()
+	return func() string {
+		cancel()
+		return <-result
+	}
+}
+
+// appStarted is when the pod's app container first started, as the
+// runtime recorded it (nanoseconds).
+func appStarted(t testing.TB, p *corev1.Pod) time.Time {
+	t.Helper()
+	ids, err := theEnv(t).Crictl("ps", "-a", "-q", "--label", "io.kubernetes.pod.uid="+string(p.UID), "--name", "^app$")
+	if err != nil || ids == "" {
+		t.Fatalf("app container of pod %s: %q %v", p.Name, ids, err)
+	}
+	var first time.Time
+	for _, id := range strings.Fields(ids) {
+		out, err := theEnv(t).Crictl("inspect", "-o", "json", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v struct {
+			Status struct {
+				StartedAt string `json:"startedAt"`
+			} `json:"status"`
+		}
+		if err := json.Unmarshal([]byte(out), &v); err != nil {
+			t.Fatalf("crictl inspect %s: %v", id, err)
+		}
+		at, err := time.Parse(time.RFC3339Nano, v.Status.StartedAt)
+		if err != nil {
+			t.Fatalf("crictl inspect %s: startedAt %q: %v", id, v.Status.StartedAt, err)
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	return first
 }
 
 // hasPodRules is whether the pod's sandbox netns holds meshlet's table.

@@ -39,6 +39,8 @@ type Request struct {
 	Fd int
 	// NetnsInode identifies the namespace Fd refers to.
 	NetnsInode uint64
+	// At is when it was received (before the answer is sent).
+	At time.Time
 }
 
 // Close releases the received fd.
@@ -101,7 +103,7 @@ func (c *Client) Recv(timeout time.Duration) (*Request, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Request{Fd: -1}
+	r := &Request{Fd: -1, At: time.Now()}
 	switch p := req.Payload.(type) {
 	case *zdspb.WorkloadRequest_Add:
 		r.Kind, r.UID, r.Info = Add, p.Add.GetUid(), p.Add.GetWorkloadInfo()
@@ -206,6 +208,7 @@ type Ztunnel struct {
 	requests []*Request
 	c        *Client
 	done     chan error
+	closed   chan struct{}
 	notify   chan struct{}
 	stopOnce sync.Once
 }
@@ -216,10 +219,16 @@ func (z *Ztunnel) Start(path string) error {
 	if err != nil {
 		return err
 	}
-	z.c, z.done, z.notify = c, make(chan error, 1), make(chan struct{}, 1)
-	go func() { z.done <- z.serve() }()
+	z.c, z.done, z.closed, z.notify = c, make(chan error, 1), make(chan struct{}), make(chan struct{}, 1)
+	go func() {
+		z.done <- z.serve()
+		close(z.closed)
+	}()
 	return nil
 }
+
+// Done is closed when the connection ends (meshlet went away, or Stop).
+func (z *Ztunnel) Done() <-chan struct{} { return z.closed }
 
 func (z *Ztunnel) serve() error {
 	for {

@@ -113,6 +113,7 @@ pod-uid: "nothing: the chart sets it from the downward API (metadata.uid)"
 pod-name: "nothing: the chart sets it from the downward API (metadata.name)"
 pod-namespace: "nothing: the chart sets it from the downward API (metadata.namespace)"
 health-addr: health.address
+health-socket: "nothing: the chart serves the probes on a socket in a per-pod emptyDir"
 metrics-addr: metrics.address
 state-dir: paths.stateDir
 nri-socket: paths.nriSocket
@@ -150,31 +151,14 @@ daemon's agent.EnvName).
 {{- end -}}
 
 {{/*
-meshlet.probeHost: the host the kubelet probes: the health address's host,
-or 127.0.0.1 when it listens on every address.
+meshlet.port: the port of an address value (host:port), failing with the
+value's name when it has none; takes (dict "value" NAME "address" ADDR).
 */}}
-{{- define "meshlet.probeHost" -}}
-{{- $host := regexReplaceAll ":[0-9]+$" . "" | trimPrefix "[" | trimSuffix "]" -}}
-{{- if or (eq $host "") (eq $host "0.0.0.0") (eq $host "::") -}}
-127.0.0.1
-{{- else -}}
-{{- $host -}}
-{{- end -}}
-{{- end -}}
-
-{{/*
-meshlet.checkPort fails unless the address (named by its value) listens on
-the port of ports.<name>: the container port, the probes and the
-ServiceMonitor use that one.
-*/}}
-{{- define "meshlet.checkPort" -}}
-{{- $port := regexFind "[0-9]+$" .address -}}
+{{- define "meshlet.port" -}}
 {{- if not (regexMatch ":[0-9]+$" .address) -}}
-{{- fail (printf "%s=%q: want host:port, e.g. %q" .value .address (printf "127.0.0.1:%v" .port)) -}}
+{{- fail (printf "%s=%q: want host:port" .value .address) -}}
 {{- end -}}
-{{- if ne $port (toString .port) -}}
-{{- fail (printf "%s=%q listens on port %s but ports.%s is %v: set both to the same port" .value .address $port .name .port) -}}
-{{- end -}}
+{{- regexFind "[0-9]+$" .address -}}
 {{- end -}}
 
 {{/*

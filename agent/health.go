@@ -1,0 +1,111 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/meshlet/meshlet/internal/unixsock"
+)
+
+// readiness is what /readyz reports: whether this meshlet does its part
+// on the node. One meshlet serves a node (it holds the node lock); during
+// a surge update a second one waits on the lock as a standby, ready once
+// its DRA kubelet plugin serves, so that the DaemonSet controller
+// may stop the first.
+type readiness struct {
+	// plugin is whether the DRA kubelet plugin serves (nil without DRA):
+	// both the standby and the serving meshlet answer the kubelet's DRA
+	// calls.
+	plugin func() error
+	// lockHeld is set once this meshlet holds the node lock.
+	lockHeld atomic.Bool
+	// serving, once set, says whether the node's meshlet can enroll pods.
+	serving atomic.Pointer[func() error]
+}
+
+// standbyDetail is /readyz's answer from a ready standby.
+const standbyDetail = "standby: another meshlet serves this node; this one takes over when it exits"
+
+// check returns /readyz's detail when ready, else why not.
+func (r *readiness) check() (detail string, err error) {
+	if r.plugin != nil {
+		if err := r.plugin(); err != nil {
+			return "", err
+		}
+	}
+	if !r.lockHeld.Load() {
+		return standbyDetail, nil
+	}
+	serving := r.serving.Load()
+	if serving == nil {
+		return "", errors.New("starting: this meshlet holds the node lock and is setting up")
+	}
+	if err := (*serving)(); err != nil {
+		return "", err
+	}
+	return "serving", nil
+}
+
+// serveHealthSocket serves h on the --health-socket path, refusing a path
+// another live process serves (a standby must never unlink the serving
+// meshlet's socket: each meshlet needs its own path).
+func serveHealthSocket(path string, h http.Handler) (*httpServer, error) {
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("--health-socket=%q: another process serves it; give each meshlet its own path (the chart uses a per-pod emptyDir)", path)
+	}
+	ln, err := unixsock.ListenStream(path, 0o700, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--health-socket: %w", err)
+	}
+	return serveHTTP(ln, h), nil
+}
+
+// ProbeEndpoints are the paths meshlet probe asks for.
+var ProbeEndpoints = []string{"readyz", "healthz"}
+
+// Probe asks the meshlet serving cfg.HealthSocket for /readyz or /healthz
+// (meshlet probe: a DaemonSet's exec probes). It returns nil on 200 and
+// writes the answer to out; otherwise the error carries the answer.
+func Probe(ctx context.Context, cfg Config, endpoint string, out io.Writer) error {
+	valid := false
+	for _, e := range ProbeEndpoints {
+		valid = valid || endpoint == e
+	}
+	if !valid {
+		return fmt.Errorf("endpoint %q: want one of %s", endpoint, strings.Join(ProbeEndpoints, ", "))
+	}
+	if cfg.HealthSocket == "" {
+		return errors.New("--health-socket (MESHLET_HEALTH_SOCKET) is not set: nothing to probe")
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", cfg.HealthSocket)
+		}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet/"+endpoint, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("ask meshlet at %s: %w", cfg.HealthSocket, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return fmt.Errorf("read /%s: %w", endpoint, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/%s: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(body)))
+	}
+	_, err = out.Write(body)
+	return err
+}

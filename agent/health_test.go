@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestReadiness: a standby (no node lock) is ready once its DRA plugin
+// serves, so a surge update can stop the previous meshlet; the lock holder
+// is ready only once it serves the node; a DRA plugin that stopped makes
+// either unready.
+func TestReadiness(t *testing.T) {
+	registration := errors.New("DRA kubelet plugin mesh.meshlet.dev not serving")
+	servingErr := errors.New("runtime not connected over NRI")
+	var regErr, serveErr error
+	r := &readiness{plugin: func() error { return regErr }}
+	serving := func() error { return serveErr }
+
+	steps := []struct {
+		name       string
+		setup      func()
+		wantDetail string
+		wantErr    error
+	}{
+		{"standby, plugin not serving", func() { regErr = registration }, "", registration},
+		{"standby, plugin serving", func() { regErr = nil }, standbyDetail, nil},
+		{"lock held, not serving yet", func() { r.lockHeld.Store(true) }, "", errors.New("starting")},
+		{"serving, runtime gone", func() { r.serving.Store(&serving); serveErr = servingErr }, "", servingErr},
+		{"serving", func() { serveErr = nil }, "serving", nil},
+		{"serving, plugin stopped", func() { regErr = registration }, "", registration},
+	}
+	for _, s := range steps {
+		s.setup()
+		detail, err := r.check()
+		if detail != s.wantDetail || (err == nil) != (s.wantErr == nil) || (err != nil && !strings.Contains(err.Error(), s.wantErr.Error())) {
+			t.Errorf("%s: check() = %q, %v; want %q, %v", s.name, detail, err, s.wantDetail, s.wantErr)
+		}
+	}
+}
+
+// TestProbe: meshlet probe over the health socket answers like /readyz
+// and /healthz, and refuses what it cannot ask.
+func TestProbe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "health.sock")
+	var notReady error = errors.New("ZDS socket not serving")
+	s, err := serveHealthSocket(path, healthHandler(func() (string, error) { return "serving", notReady }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.stop() })
+	ctx := context.Background()
+	cfg := Config{HealthSocket: path}
+
+	var out bytes.Buffer
+	if err := Probe(ctx, cfg, "healthz", &out); err != nil || out.String() != "ok\n" {
+		t.Errorf("probe healthz = %q, %v; want ok", out.String(), err)
+	}
+	err = Probe(ctx, cfg, "readyz", &out)
+	if err == nil || !strings.Contains(err.Error(), "503") || !strings.Contains(err.Error(), "ZDS socket not serving") {
+		t.Errorf("probe readyz while not ready = %v; want 503 with the reason", err)
+	}
+	notReady = nil
+	out.Reset()
+	if err := Probe(ctx, cfg, "readyz", &out); err != nil || out.String() != "ok: serving\n" {
+		t.Errorf("probe readyz when ready = %q, %v; want ok: serving", out.String(), err)
+	}
+
+	for _, c := range []struct {
+		cfg      Config
+		endpoint string
+		want     string
+	}{
+		{cfg, "metrics", `endpoint "metrics": want one of readyz, healthz`},
+		{Config{}, "readyz", "--health-socket (MESHLET_HEALTH_SOCKET) is not set"},
+		{Config{HealthSocket: filepath.Join(t.TempDir(), "none.sock")}, "readyz", "ask meshlet at"},
+	} {
+		if err := Probe(ctx, c.cfg, c.endpoint, &out); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("probe %s on %q = %v; want an error with %q", c.endpoint, c.cfg.HealthSocket, err, c.want)
+		}
+	}
+
+	// A second meshlet given the same path is refused: it must not unlink
+	// the first one's socket.
+	if _, err := serveHealthSocket(path, healthHandler(nil)); err == nil || !strings.Contains(err.Error(), "another process serves it") {
+		t.Errorf("a second server on %s: %v; want a refusal", path, err)
+	}
+	if err := Probe(ctx, cfg, "healthz", &out); err != nil {
+		t.Errorf("the first server's socket is gone after the refusal: %v", err)
+	}
+}

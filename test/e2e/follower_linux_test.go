@@ -1,0 +1,146 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+)
+
+// ztunnelFollower keeps a ztunnel stand-in connected to meshlet's socket as
+// the real ztunnel does: when meshlet goes (an update), it dials again until
+// the next meshlet answers. Each connection is a session; every request of
+// every session is kept, with the time it arrived.
+type ztunnelFollower struct {
+	t    testing.TB
+	path string
+
+	mu       sync.Mutex
+	sessions []*zdstest.Ztunnel
+	gaps     []time.Duration // between a session's end and the next one's snapshot
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+func followZtunnel(t testing.TB, path string) *ztunnelFollower {
+	f := &ztunnelFollower{t: t, path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	go f.run()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *ztunnelFollower) run() {
+	defer close(f.done)
+	var lost time.Time // when the last session ended
+	for {
+		zt := &zdstest.Ztunnel{}
+		if err := zt.Start(f.path); err == nil {
+			f.mu.Lock()
+			f.sessions = append(f.sessions, zt)
+			f.mu.Unlock()
+			if !lost.IsZero() {
+				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+				if zt.WaitSnapshot(ctx) == nil {
+					f.mu.Lock()
+					f.gaps = append(f.gaps, time.Since(lost))
+					f.mu.Unlock()
+				}
+				cancel()
+			}
+			select {
+			case <-zt.Done():
+				lost = time.Now()
+			case <-f.stop:
+				return
+			}
+		}
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// close stops following and closes every fd received.
+func (f *ztunnelFollower) close() {
+	f.closeOnce.Do(func() {
+		close(f.stop)
+		<-f.done
+		for _, s := range f.all() {
+			s.Stop()
+		}
+	})
+}
+
+func (f *ztunnelFollower) all() []*zdstest.Ztunnel {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*zdstest.Ztunnel(nil), f.sessions...)
+}
+
+// current waits for a live session that has had its snapshot, and returns
+// it as the mesh the checks read.
+func (f *ztunnelFollower) current() *mesh {
+	f.t.Helper()
+	var zt *zdstest.Ztunnel
+	waitFor(f.t, "the ztunnel stand-in connected to a meshlet, snapshot received", func() bool {
+		s := f.all()
+		if len(s) == 0 {
+			return false
+		}
+		zt = s[len(s)-1]
+		select {
+		case <-zt.Done():
+			return false
+		default:
+		}
+		return zdstest.Count(zt.Requests(), zdstest.SnapshotSent) > 0
+	})
+	return &mesh{t: f.t, env: theEnv(f.t), socket: f.path, zt: zt}
+}
+
+// firstAdd is when ztunnel first received an Add for the pod, in any
+// session (zero if never).
+func (f *ztunnelFollower) firstAdd(uid string) time.Time {
+	var first time.Time
+	for _, s := range f.all() {
+		for _, r := range s.Requests() {
+			if r.Kind == zdstest.Add && r.UID == uid && (first.IsZero() || r.At.Before(first)) {
+				first = r.At
+			}
+		}
+	}
+	return first
+}
+
+// repeatedAdds names the pods with more than one Add in one session (each
+// session is one meshlet's account: a replay after a reconnect is a new
+// session).
+func (f *ztunnelFollower) repeatedAdds() []string {
+	var out []string
+	for i, s := range f.all() {
+		n := map[string]int{}
+		for _, r := range s.Requests() {
+			if r.Kind == zdstest.Add {
+				if n[r.UID]++; n[r.UID] == 2 {
+					out = append(out, fmt.Sprintf("%s in session %d", r.UID, i))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// handoverGaps are the times ztunnel was without a meshlet: from the end
+// of a session to the next one's snapshot.
+func (f *ztunnelFollower) handoverGaps() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Duration(nil), f.gaps...)
+}
