@@ -14,6 +14,8 @@ command -v iptables-restore >/dev/null || need+=(iptables)
 command -v ipset >/dev/null || need+=(ipset)
 command -v gcc >/dev/null || need+=(gcc libc6-dev) # go test -race needs cgo
 command -v git >/dev/null || need+=(git)
+# The image test runs the arm64 image's binaries under emulation.
+command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 
 if ((${#need[@]})); then
   echo "install-deps: installing ${need[*]}"

@@ -388,16 +388,29 @@ func checkFiles(t *testing.T, img v1.Image, p Platform, version string) {
 	if elves < 100 {
 		t.Errorf("%d ELF files in the image: the xtables extensions are missing", elves)
 	}
-	if p.Arch == runtime.GOARCH {
-		t.Run("ldd", func(t *testing.T) { checkLoader(t, files) })
-	}
+	t.Run("ldd", func(t *testing.T) { checkLoader(t, p.Arch, files) })
 }
+
+// loaders are glibc's dynamic loaders, by architecture.
+var loaders = map[string]string{"amd64": "/lib64/ld-linux-x86-64.so.2", "arm64": "/lib/ld-linux-aarch64.so.1"}
+
+// emulators are the qemu user-mode emulators (Debian's qemu-user-static)
+// that run another architecture's image here.
+var emulators = map[string]string{"amd64": "qemu-x86_64-static", "arm64": "qemu-aarch64-static"}
 
 // checkLoader is ldd inside the image: the image's own loader, chrooted
 // into the unpacked image, lists every ELF file's libraries, so a library
-// found above only by a path glibc would not search fails here.
-func checkLoader(t *testing.T, files map[string]fsEntry) {
+// found above only by a path glibc would not search fails here. Then the
+// commands run: meshlet -h, and iptables and ipset print their versions.
+// Another architecture's image runs under qemu's user-mode emulator,
+// copied into the chroot.
+func checkLoader(t *testing.T, arch string, files map[string]fsEntry) {
 	privtest.RequireRoot(t) // chroot
+	var emulate []string
+	if arch != runtime.GOARCH {
+		privtest.RequireCommand(t, emulators[arch], "runs the "+arch+" image here (hack/install-deps.sh installs qemu-user-static)")
+		emulate = []string{"/" + emulators[arch]}
+	}
 	root := t.TempDir()
 	names := slices.Sorted(maps.Keys(files)) // parents first
 	for _, name := range names {
@@ -415,10 +428,20 @@ func checkLoader(t *testing.T, files map[string]fsEntry) {
 			t.Fatal(err)
 		}
 	}
-	loader := "/lib64/ld-linux-x86-64.so.2"
-	if runtime.GOARCH == "arm64" {
-		loader = "/lib/ld-linux-aarch64.so.1"
+	if emulate != nil {
+		path, _ := exec.LookPath(emulators[arch])
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, emulate[0]), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
+	run := func(args ...string) ([]byte, error) {
+		return exec.Command("chroot", append(append([]string{root}, emulate...), args...)...).CombinedOutput()
+	}
+	loader := loaders[arch]
 	n := 0
 	for _, name := range names {
 		f := files[name]
@@ -426,12 +449,17 @@ func checkLoader(t *testing.T, files map[string]fsEntry) {
 			continue
 		}
 		n++
-		out, err := exec.Command("chroot", root, loader, "--list", "/"+name).CombinedOutput()
+		out, err := run(loader, "--list", "/"+name)
 		if err != nil || bytes.Contains(out, []byte("not found")) {
 			t.Errorf("ldd /%s in the image: %v\n%s", name, err, out)
 		}
 	}
-	t.Logf("the image's loader resolves the libraries of its %d ELF files", n)
+	t.Logf("the %s image's loader resolves the libraries of its %d ELF files%s", arch, n, map[bool]string{true: " (emulated)"}[emulate != nil])
+	for _, cmd := range [][]string{{"/" + BinDir + "/meshlet", "-h"}, {"/usr/sbin/iptables-nft-save", "--version"}, {"/usr/sbin/iptables-legacy-save", "--version"}, {"/usr/sbin/ipset", "-h"}} {
+		if out, err := run(cmd...); err != nil {
+			t.Errorf("%s in the %s image: %v\n%s", strings.Join(cmd, " "), arch, err, out)
+		}
+	}
 }
 
 // resolveIn follows symlinks in the flattened filesystem to a regular file.
