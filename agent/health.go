@@ -17,13 +17,16 @@ import (
 // readiness is what /readyz reports: whether this meshlet does its part
 // on the node. One meshlet serves a node (it holds the node lock); during
 // a surge update a second one waits on the lock as a standby, ready once
-// its DRA kubelet plugin serves, so that the DaemonSet controller
-// may stop the first.
+// its DRA kubelet plugin serves and it could take the node over, so that
+// the DaemonSet controller may stop the first.
 type readiness struct {
 	// plugin is whether the DRA kubelet plugin serves (nil without DRA):
 	// both the standby and the serving meshlet answer the kubelet's DRA
 	// calls.
 	plugin func() error
+	// takeover is a standby's last answer to whether it could take the
+	// node over (nil: not asked yet; see canTakeOver).
+	takeover atomic.Pointer[takeoverResult]
 	// lockHeld is set once this meshlet holds the node lock.
 	lockHeld atomic.Bool
 	// serving, once set, says whether the node's meshlet can enroll pods.
@@ -41,6 +44,12 @@ func (r *readiness) check() (detail string, err error) {
 		}
 	}
 	if !r.lockHeld.Load() {
+		switch t := r.takeover.Load(); {
+		case t == nil:
+			return "", errors.New("standby: checking whether this meshlet could take the node over")
+		case t.err != nil:
+			return "", fmt.Errorf("standby: cannot take the node over: %w", t.err)
+		}
 		return standbyDetail, nil
 	}
 	serving := r.serving.Load()
@@ -85,7 +94,8 @@ func Probe(ctx context.Context, cfg Config, endpoint string, out io.Writer) erro
 	if cfg.HealthSocket == "" {
 		return errors.New("--health-socket (MESHLET_HEALTH_SOCKET) is not set: nothing to probe")
 	}
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	// Below the chart's probe timeout, so the kubelet records why.
+	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", cfg.HealthSocket)

@@ -10,7 +10,8 @@ import (
 )
 
 // TestReadiness: a standby (no node lock) is ready once its DRA plugin
-// serves, so a surge update can stop the previous meshlet; the lock holder
+// serves and it could take the node over, so a surge update can stop the
+// previous meshlet; the lock holder
 // is ready only once it serves the node; a DRA plugin that stopped makes
 // either unready.
 func TestReadiness(t *testing.T) {
@@ -27,7 +28,12 @@ func TestReadiness(t *testing.T) {
 		wantErr    error
 	}{
 		{"standby, plugin not serving", func() { regErr = registration }, "", registration},
-		{"standby, plugin serving", func() { regErr = nil }, standbyDetail, nil},
+		{"standby, takeover not checked yet", func() { regErr = nil }, "", errors.New("standby: checking whether this meshlet could take the node over")},
+		{"standby, cannot take over", func() {
+			r.takeover.Store(&takeoverResult{err: errors.New("the runtime's NRI socket /x does not answer")})
+		},
+			"", errors.New("standby: cannot take the node over: the runtime's NRI socket /x does not answer")},
+		{"standby, could take over", func() { r.takeover.Store(&takeoverResult{}) }, standbyDetail, nil},
 		{"lock held, not serving yet", func() { r.lockHeld.Store(true) }, "", errors.New("starting")},
 		{"serving, runtime gone", func() { r.serving.Store(&serving); serveErr = servingErr }, "", servingErr},
 		{"serving", func() { serveErr = nil }, "serving", nil},

@@ -269,10 +269,12 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	}
 
 	// A second meshlet on the node (a surge update) waits for the node
-	// lock as a ready standby, probed on its own health socket; it serves
-	// once the first exits, on the same ports.
+	// lock, probed on its own health socket: not ready while it could not
+	// take the node over (its runtime does not answer), a ready standby
+	// once it could; it serves once the first exits, on the same ports.
 	next := cfg
 	next.HealthSocket = filepath.Join(dir, "next", "health.sock")
+	next.NRI.SocketPath = filepath.Join(dir, "next", "nri.sock")
 	nextCtx, nextCancel := context.WithCancel(context.Background())
 	defer nextCancel()
 	nextErr := make(chan error, 1)
@@ -283,7 +285,30 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		return out.String(), err
 	}
 	var answer string
-	for deadline := time.Now().Add(5 * time.Second); answer != "ok: "+standbyDetail+"\n"; time.Sleep(5 * time.Millisecond) {
+	err = nil
+	for deadline := time.Now().Add(5 * time.Second); err == nil || !strings.Contains(err.Error(), "cannot take the node over: the runtime's NRI socket"); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the second meshlet's readiness without a runtime: %q, %v; want 503 naming the NRI socket", answer, err)
+		}
+		answer, err = probe(next)
+	}
+	// Something answers on its NRI socket now (and hangs up: the first
+	// meshlet still serves the node).
+	nri, err := net.Listen("unix", next.NRI.SocketPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nri.Close()
+	go func() {
+		for {
+			c, err := nri.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	for deadline := time.Now().Add(3 * standbyInterval); answer != "ok: "+standbyDetail+"\n"; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the second meshlet's readiness while the first serves: %q, %v; want ok (standby)", answer, err)
 		}

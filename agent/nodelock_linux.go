@@ -24,8 +24,9 @@ const lockPoll = 100 * time.Millisecond
 // registration and ztunnel's socket belong to one of them at a time, so
 // the new one waits here, before it touches either, until the old one
 // exits (the kernel drops a dead process's lock). The lock is released
-// when the process exits or release is called.
-func acquireNodeLock(ctx context.Context, stateDir string) (release func(), err error) {
+// when the process exits or release is called. waiting, if set, is called
+// once when another process holds the lock.
+func acquireNodeLock(ctx context.Context, stateDir string, waiting func()) (release func(), err error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", stateDir, err)
 	}
@@ -53,6 +54,9 @@ func acquireNodeLock(ctx context.Context, stateDir string) (release func(), err 
 		if !logged {
 			klog.FromContext(ctx).Info("Another meshlet serves this node; waiting for it to exit before taking the runtime hook and ztunnel's socket", "lock", path)
 			logged = true
+			if waiting != nil {
+				waiting()
+			}
 		}
 		select {
 		case <-ctx.Done():

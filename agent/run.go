@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -93,15 +94,26 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		registerDRAMetrics(reg, driver, claims)
-		// Served before the node lock: during an update the kubelet may
-		// prepare claims through this meshlet while the previous one still
-		// serves the node.
-		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
-		defer stopDRA()
+		// Served before the node lock when it has a socket of its own
+		// (--pod-uid: rolling-update registration): during an update the
+		// kubelet may prepare claims through this meshlet while the
+		// previous one still serves the node.
+		if cfg.DRA.PodUID != "" {
+			stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
+		}
+		defer func() { stopDRA() }()
 	}
 	ready := &readiness{}
-	if driver != nil {
+	switch {
+	case driver != nil && cfg.DRA.PodUID != "":
 		ready.plugin = driver.Serving
+	case driver != nil:
+		ready.plugin = func() error {
+			if !ready.lockHeld.Load() {
+				return errors.New("standby without --pod-uid: the DRA kubelet plugin starts once this meshlet holds the node lock (the two would share one socket)")
+			}
+			return driver.Serving()
+		}
 	}
 	if cfg.HealthSocket != "" {
 		// Served before the node lock: a meshlet waiting for the
@@ -112,11 +124,22 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer stopHTTP(logger, s)
 	}
-	release, err := acquireNodeLock(root, cfg.StateDir)
+	var apiClient kubernetes.Interface
+	if api != nil {
+		apiClient = api.client
+	}
+	standby, endStandby := context.WithCancel(root)
+	release, err := acquireNodeLock(root, cfg.StateDir, func() {
+		go ready.watchTakeover(standby, func(ctx context.Context) error { return canTakeOver(ctx, cfg, apiClient) })
+	})
+	endStandby()
 	if err != nil {
 		return stopped(ctx, root, err)
 	}
 	ready.lockHeld.Store(true)
+	if driver != nil && cfg.DRA.PodUID == "" {
+		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
+	}
 	// The DRA plugin stops (its device tainted) before the lock goes, so a
 	// successor never publishes the node's slice alongside it.
 	defer func() { stopDRA(); release() }()

@@ -86,3 +86,53 @@ func TestDaemonSetRemoved(t *testing.T) {
 	newDS()
 	check("DaemonSet replaced by another of that name", "meshlet-a", true, false)
 }
+
+// TestSiblingOnNode: with meshlet's role, a meshlet finds the running pod
+// of its own DaemonSet it replaces on its node (a surge update), and none
+// where there is none: not its own pod, not another node's, not a pod of
+// another owner, not one that is not running.
+func TestSiblingOnNode(t *testing.T) {
+	c := admin(t)
+	rc := restrictedClient(t)
+	ns := namespace(t, c, nil)
+	ctx := context.Background()
+	labels := map[string]string{"app": "meshlet"}
+	ds, err := c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "meshlet"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	newPod := func(name, node string, owned bool, phase corev1.PodPhase) {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}
+		if owned {
+			p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(ds, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))}
+		}
+		p, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		must(t, err)
+		p.Status.Phase = phase
+		_, err = c.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	newPod("meshlet-new", "n1", true, corev1.PodPending)
+	newPod("meshlet-b", "n2", true, corev1.PodRunning)
+	newPod("other-owner", "n1", false, corev1.PodRunning)
+	newPod("meshlet-lone", "n3", true, corev1.PodRunning)
+	newPod("meshlet-done", "n3", true, corev1.PodSucceeded)
+	check := func(pod, node, want string) {
+		t.Helper()
+		got, err := kube.SiblingOnNode(ctx, rc, ns, pod, node)
+		if err != nil || got != want {
+			t.Errorf("SiblingOnNode(%s on %s) = %q, %v; want %q", pod, node, got, err, want)
+		}
+	}
+	check("meshlet-new", "n1", "")
+	check("meshlet-lone", "n3", "")
+	newPod("meshlet-old", "n1", true, corev1.PodRunning)
+	check("meshlet-new", "n1", "meshlet-old")
+	if _, err := kube.SiblingOnNode(ctx, rc, ns, "other-owner", "n1"); err == nil {
+		t.Error("SiblingOnNode of a pod without a DaemonSet: no error")
+	}
+}

@@ -20,6 +20,9 @@ var _ enroll.Redirector = (*Redirector)(nil)
 // New is only implemented on Linux.
 func New(Config) (*Redirector, error) { return nil, errUnsupported }
 
+// Check is only implemented on Linux.
+func Check(Config) error { return errUnsupported }
+
 // Apply is only implemented on Linux.
 func (*Redirector) Apply(context.Context, *enroll.Workload, *enroll.Record) (string, error) {
 	return "", errUnsupported

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/google/nftables"
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -47,6 +48,35 @@ func New(cfg Config) (*Redirector, error) {
 		return nil, fmt.Errorf("unknown redirect backend %q", cfg.Backend)
 	}
 	return r, nil
+}
+
+// Check says whether the backend can run here, changing nothing: a
+// meshlet waiting to take over a node checks it before it reports Ready.
+// nftables: a read of the node's tables (nfnetlink needs CAP_NET_ADMIN);
+// iptables: the variant's binaries, found and run (save only).
+func Check(cfg Config) error {
+	switch cfg.Backend {
+	case BackendNftables, "":
+		c, err := hostConn(cfg.HostNetnsFd)
+		if err != nil {
+			return fmt.Errorf("nftables: %w", err)
+		}
+		defer func() { _ = c.CloseLasting() }()
+		if _, err := c.ListTablesOfFamily(nftables.TableFamilyINet); err != nil {
+			return fmt.Errorf("nftables: list the node's tables: %w", err)
+		}
+		return nil
+	case BackendIptables:
+		ipt, err := newIptables(cfg.IptablesVariant, cfg.HostNetnsFd)
+		if err != nil {
+			return err
+		}
+		if _, err := ipt.save(cfg.HostNetnsFd, IPv4); err != nil {
+			return fmt.Errorf("iptables (%s variant): %w", ipt.variant, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown redirect backend %q", cfg.Backend)
 }
 
 type nftBackend struct{}

@@ -60,7 +60,8 @@ func run(args, environ []string, stderr io.Writer) int {
 	agent.DescribeEnv(fs)
 	flagsUsage := fs.Usage
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni | probe readyz|healthz] [flags]\n"+
+		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni] [flags]\n"+
+			"meshlet probe [flags] readyz|healthz\n"+
 			"Without a command, meshlet runs the node agent. status prints the node's pods as the running\n"+
 			"meshlet sees them (from its debug socket in --state-dir). enable-nri checks that the runtime's\n"+
 			"NRI socket answers and otherwise prints what to set in the runtime's configuration (it edits\n"+

@@ -245,6 +245,9 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "updateStrategy.maxSurge=lots"}, []string{"/updateStrategy/maxSurge"}},
 		{[]string{"--set", "ports.health=9880"}, []string{"ports"}},
 		{[]string{"--set", "health.address=localhost"}, []string{"/health/address"}},
+		{[]string{"--set", "metrics.address=:70000"}, []string{"/metrics/address"}},
+		{[]string{"--set", "extraEnv[0].name=MESHLET_HEALTH_SOCKET,extraEnv[0].value=/x.sock"}, []string{"extraEnv[0]", "MESHLET_HEALTH_SOCKET", "--health-socket"}},
+		{[]string{"--set", "extraEnv[0].name=MESHLET_STATE_DIR,extraEnv[0].value=/x"}, []string{"extraEnv[0]", "paths.stateDir"}},
 		{[]string{"--set", "metrics.serviceMonitor.enable=true"}, []string{"/metrics/serviceMonitor", "enable"}},
 		{[]string{"--set", "replicas=2"}, []string{"replicas"}},
 		// Flags the chart derives from other values: the error names the value.

@@ -163,11 +163,9 @@ func (r *release) waitRolledOut(tag string) *corev1.Pod {
 					}
 				}
 			}
-			if logs, _ := filepath.Glob(fmt.Sprintf("/var/log/pods/%s_%s_%s/meshlet/*.log", p.Namespace, p.Name, p.UID)); len(logs) > 0 {
-				if b, err := os.ReadFile(logs[len(logs)-1]); err == nil {
-					lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-					why += "\n  log: " + strings.Join(lines[max(0, len(lines)-15):], "\n  log: ")
-				}
+			if log := strings.TrimSpace(podLog(r.t, &p)); log != "" {
+				lines := strings.Split(log, "\n")
+				why += "\n  log: " + strings.Join(lines[max(0, len(lines)-15):], "\n  log: ")
 			}
 			seen = append(seen, fmt.Sprintf("%s %s %s%s", p.Name, p.Spec.Containers[0].Image, p.Status.Phase, why))
 			if len(pods.Items) == 1 && strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) && podReady(&p) {
@@ -284,11 +282,18 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	})
 	r.mustHelm("upgrade", "meshlet", filepath.Join(moduleRoot(t), "deploy", "charts", "meshlet"), "-n", meshletNamespace,
 		"-f", r.values, "--set", "image.tag=e2e-2")
-	r.waitRolledOut("e2e-2")
+	updated := r.waitRolledOut("e2e-2")
 	close(stop)
 	wg.Wait()
 	if why := surge(); why != "" {
 		t.Fatalf("the update was not a surge: %s", why)
+	}
+	// Its Ready came from the standby: it checked it could take over while
+	// the old meshlet held the node, then took the node when it exited.
+	for _, line := range []string{"Standby: ready to take the node over", "Node lock acquired: the previous meshlet exited"} {
+		if log := podLog(t, updated); !strings.Contains(log, line) {
+			t.Errorf("the new meshlet's log lacks %q:\n%s", line, log)
+		}
 	}
 	m = zt.current()
 	if len(created) == 0 {
@@ -361,6 +366,7 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 func watchSurge(t *testing.T, c *clusterenv.Cluster, old, next string) func() string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 	w, err := c.Client.CoreV1().Pods(meshletNamespace).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -399,6 +405,21 @@ func watchSurge(t *testing.T, c *clusterenv.Cluster, old, next string) func() st
 		cancel()
 		return <-result
 	}
+}
+
+// podLog is the kubelet's log of the pod's meshlet container.
+func podLog(t testing.TB, p *corev1.Pod) string {
+	t.Helper()
+	logs, _ := filepath.Glob(fmt.Sprintf("/var/log/pods/%s_%s_%s/meshlet/*.log", p.Namespace, p.Name, p.UID))
+	var all strings.Builder
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Write(b)
+	}
+	return all.String()
 }
 
 // appStarted is when the pod's app container first started, as the

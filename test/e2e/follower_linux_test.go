@@ -36,6 +36,12 @@ func followZtunnel(t testing.TB, path string) *ztunnelFollower {
 
 func (f *ztunnelFollower) run() {
 	defer close(f.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-f.stop
+		cancel()
+	}()
 	var lost time.Time // when the last session ended
 	for {
 		zt := &zdstest.Ztunnel{}
@@ -43,18 +49,15 @@ func (f *ztunnelFollower) run() {
 			f.mu.Lock()
 			f.sessions = append(f.sessions, zt)
 			f.mu.Unlock()
-			if !lost.IsZero() {
-				ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-				if zt.WaitSnapshot(ctx) == nil {
-					f.mu.Lock()
-					f.gaps = append(f.gaps, time.Since(lost))
-					f.mu.Unlock()
-				}
-				cancel()
+			if !lost.IsZero() && zt.WaitSnapshot(ctx) == nil {
+				f.mu.Lock()
+				f.gaps = append(f.gaps, time.Since(lost))
+				f.mu.Unlock()
 			}
 			select {
 			case <-zt.Done():
 				lost = time.Now()
+				zt.Stop() // its fds; its requests stay readable
 			case <-f.stop:
 				return
 			}

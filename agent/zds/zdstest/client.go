@@ -207,8 +207,8 @@ type Ztunnel struct {
 	mu       sync.Mutex
 	requests []*Request
 	c        *Client
-	done     chan error
-	closed   chan struct{}
+	err      error         // why serving ended; set before closed is closed
+	closed   chan struct{} // closed when the connection ends
 	notify   chan struct{}
 	stopOnce sync.Once
 }
@@ -219,9 +219,9 @@ func (z *Ztunnel) Start(path string) error {
 	if err != nil {
 		return err
 	}
-	z.c, z.done, z.closed, z.notify = c, make(chan error, 1), make(chan struct{}), make(chan struct{}, 1)
+	z.c, z.closed, z.notify = c, make(chan struct{}), make(chan struct{}, 1)
 	go func() {
-		z.done <- z.serve()
+		z.err = z.serve()
 		close(z.closed)
 	}()
 	return nil
@@ -271,9 +271,11 @@ func (z *Ztunnel) WaitFor(ctx context.Context, cond func([]*Request) bool) error
 		}
 		select {
 		case <-z.notify:
-		case err := <-z.done:
-			z.done <- err
-			return fmt.Errorf("ztunnel stand-in stopped: %w", err)
+		case <-z.closed:
+			if cond(z.Requests()) {
+				return nil
+			}
+			return fmt.Errorf("ztunnel stand-in stopped: %w", z.err)
 		case <-ctx.Done():
 			return fmt.Errorf("condition not met; received %v: %w", z.Requests(), ctx.Err())
 		}
@@ -284,7 +286,7 @@ func (z *Ztunnel) WaitFor(ctx context.Context, cond func([]*Request) bool) error
 func (z *Ztunnel) Stop() {
 	z.stopOnce.Do(func() {
 		_ = z.c.Close()
-		<-z.done
+		<-z.closed
 		z.mu.Lock()
 		defer z.mu.Unlock()
 		for _, r := range z.requests {
