@@ -46,7 +46,8 @@ var IptablesCommands = []string{
 // Debian fetches and unpacks DebianPackages for an architecture, with
 // apt-get and dpkg-deb from the host, into a cache.
 type Debian struct {
-	// CacheDir defaults to $HOME/.cache/meshlet/image; below it,
+	// CacheDir defaults to $MESHLET_CACHE/image, else
+	// $HOME/.cache/meshlet/image; below it,
 	// debian-<VERSION_ID>/ holds apt's private state (apt/), the .deb
 	// files (debs/) and each unpacked set (root/<arch>-<key>/, key: the
 	// packages' versions).
@@ -85,11 +86,15 @@ func (d Debian) Userspace(ctx context.Context, plats []Platform) (map[string]*Us
 		return nil, fmt.Errorf("needs a Debian host for Debian's packages (this is %q)", id)
 	}
 	if d.CacheDir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return nil, fmt.Errorf("cache directory: %w", err)
+		root := os.Getenv("MESHLET_CACHE") // as the install scripts
+		if root == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return nil, fmt.Errorf("cache directory: %w", err)
+			}
+			root = filepath.Join(home, ".cache", "meshlet")
 		}
-		d.CacheDir = filepath.Join(home, ".cache", "meshlet", "image")
+		d.CacheDir = filepath.Join(root, "image")
 	}
 	dir := filepath.Join(d.CacheDir, "debian-"+ver)
 	apt := aptState{dir: filepath.Join(dir, "apt")}
