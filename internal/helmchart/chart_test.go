@@ -613,6 +613,30 @@ podAnnotations: {example.com/owner: mesh-team}
 		t.Errorf("MESHLET_METRICS_ADDR=%q, annotations %v; want metrics off, no scrape annotations", e["MESHLET_METRICS_ADDR"], ds.Spec.Template.Annotations)
 	}
 
+	// No init container unless asked for; asked for, meshlet enable-nri
+	// with the runtime's sockets, and no capability.
+	if ic := ds.Spec.Template.Spec.InitContainers; len(ic) != 0 {
+		t.Errorf("init containers %+v, want none by default", ic)
+	}
+	ds = only[*appsv1.DaemonSet](t, render(t, "--set", "nriCheck.enabled=true"))
+	if ic := ds.Spec.Template.Spec.InitContainers; len(ic) != 1 || !slices.Equal(ic[0].Args, []string{"enable-nri"}) ||
+		ic[0].Image != ds.Spec.Template.Spec.Containers[0].Image || ic[0].SecurityContext == nil ||
+		!slices.Equal(ic[0].SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(ic[0].SecurityContext.Capabilities.Add) != 0 {
+		t.Errorf("init containers %+v, want check-nri running meshlet enable-nri without capabilities", ic)
+	} else {
+		envs, mounts := map[string]string{}, map[string]string{}
+		for _, e := range ic[0].Env {
+			envs[e.Name] = e.Value
+		}
+		for _, m := range ic[0].VolumeMounts {
+			mounts[m.Name] = m.MountPath
+		}
+		if envs["MESHLET_NRI_SOCKET"] != "/var/run/nri/nri.sock" || envs["MESHLET_CRI_SOCKET"] != "/run/containerd/containerd.sock" ||
+			mounts["nri"] != "/var/run/nri" || mounts["cri"] != "/run/containerd" || len(mounts) != 2 {
+			t.Errorf("check-nri env %v, mounts %v: want the runtime's NRI and CRI sockets, mounted", envs, mounts)
+		}
+	}
+
 	// The runtime validator's toleration annotation is the runtime's key.
 	for value, want := range map[string]map[string]string{
 		"example.com/nri-optional": {"example.com/nri-optional": "true"},

@@ -110,6 +110,8 @@ func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[
 			"netnsDir": netnsDir, "stateDir": r.stateDir, "xtablesLock": filepath.Join(dir, "xtables.lock"),
 		},
 		"config": cfg,
+		// The test runtime has NRI on: the check passes and says so.
+		"nriCheck": map[string]any{"enabled": true},
 		// The cluster has no kube-proxy, so the kubernetes Service's IP
 		// leads nowhere: meshlet (host network) reaches the API server
 		// where it listens, in the node's netns.
@@ -163,7 +165,7 @@ func (r *release) waitRolledOut(tag string) *corev1.Pod {
 					}
 				}
 			}
-			if log := strings.TrimSpace(podLog(r.t, &p)); log != "" {
+			if log := strings.TrimSpace(podLog(r.t, &p, "meshlet")); log != "" {
 				lines := strings.Split(log, "\n")
 				why += "\n  log: " + strings.Join(lines[max(0, len(lines)-15):], "\n  log: ")
 			}
@@ -234,8 +236,11 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 
 	start := time.Now()
 	r := installMeshlet(t, c, "e2e-1", nil)
-	r.waitRolledOut("e2e-1")
+	installed := r.waitRolledOut("e2e-1")
 	t.Logf("helm install to meshlet's pod Ready: %v", time.Since(start).Round(10*time.Millisecond))
+	if log := podLog(t, installed, "check-nri"); !strings.Contains(log, "NRI is enabled: the runtime answers on") {
+		t.Errorf("the check-nri init container's log: %q, want it to say NRI is enabled", log)
+	}
 	// ztunnel follows meshlet across updates, as the real one does.
 	zt := followZtunnel(t, r.zt)
 	m := zt.current()
@@ -291,7 +296,7 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	// Its Ready came from the standby: it checked it could take over while
 	// the old meshlet held the node, then took the node when it exited.
 	for _, line := range []string{"Standby: ready to take the node over", "Node lock acquired: the previous meshlet exited"} {
-		if log := podLog(t, updated); !strings.Contains(log, line) {
+		if log := podLog(t, updated, "meshlet"); !strings.Contains(log, line) {
 			t.Errorf("the new meshlet's log lacks %q:\n%s", line, log)
 		}
 	}
@@ -407,10 +412,10 @@ func watchSurge(t *testing.T, c *clusterenv.Cluster, old, next string) func() st
 	}
 }
 
-// podLog is the kubelet's log of the pod's meshlet container.
-func podLog(t testing.TB, p *corev1.Pod) string {
+// podLog is the kubelet's log of one of the pod's containers.
+func podLog(t testing.TB, p *corev1.Pod, container string) string {
 	t.Helper()
-	logs, _ := filepath.Glob(fmt.Sprintf("/var/log/pods/%s_%s_%s/meshlet/*.log", p.Namespace, p.Name, p.UID))
+	logs, _ := filepath.Glob(fmt.Sprintf("/var/log/pods/%s_%s_%s/%s/*.log", p.Namespace, p.Name, p.UID, container))
 	var all strings.Builder
 	for _, l := range logs {
 		b, err := os.ReadFile(l)
