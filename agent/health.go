@@ -49,6 +49,8 @@ func (r *readiness) check() (detail string, err error) {
 			return "", errors.New("standby: checking whether this meshlet could take the node over")
 		case t.err != nil:
 			return "", fmt.Errorf("standby: cannot take the node over: %w", t.err)
+		case time.Since(t.at) > takeoverStale:
+			return "", fmt.Errorf("standby: the check whether this meshlet could take the node over last answered %v ago", time.Since(t.at).Round(time.Second))
 		}
 		return standbyDetail, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadiness: a standby (no node lock) is ready once its DRA plugin
@@ -30,10 +31,11 @@ func TestReadiness(t *testing.T) {
 		{"standby, plugin not serving", func() { regErr = registration }, "", registration},
 		{"standby, takeover not checked yet", func() { regErr = nil }, "", errors.New("standby: checking whether this meshlet could take the node over")},
 		{"standby, cannot take over", func() {
-			r.takeover.Store(&takeoverResult{err: errors.New("the runtime's NRI socket /x does not answer")})
-		},
-			"", errors.New("standby: cannot take the node over: the runtime's NRI socket /x does not answer")},
-		{"standby, could take over", func() { r.takeover.Store(&takeoverResult{}) }, standbyDetail, nil},
+			r.takeover.Store(&takeoverResult{err: errors.New("the runtime's NRI socket /x does not answer"), at: time.Now()})
+		}, "", errors.New("standby: cannot take the node over: the runtime's NRI socket /x does not answer")},
+		{"standby, could take over, answer stale", func() { r.takeover.Store(&takeoverResult{at: time.Now().Add(-takeoverStale - time.Second)}) },
+			"", errors.New("standby: the check whether this meshlet could take the node over last answered")},
+		{"standby, could take over", func() { r.takeover.Store(&takeoverResult{at: time.Now()}) }, standbyDetail, nil},
 		{"lock held, not serving yet", func() { r.lockHeld.Store(true) }, "", errors.New("starting")},
 		{"serving, runtime gone", func() { r.serving.Store(&serving); serveErr = servingErr }, "", servingErr},
 		{"serving", func() { serveErr = nil }, "serving", nil},

@@ -108,9 +108,12 @@ func Run(ctx context.Context, cfg Config) error {
 	case driver != nil && cfg.DRA.PodUID != "":
 		ready.plugin = driver.Serving
 	case driver != nil:
+		// Without --pod-uid the plugin starts once this meshlet holds the
+		// node lock (two would share one socket); meanwhile the serving
+		// meshlet answers the kubelet's DRA calls.
 		ready.plugin = func() error {
 			if !ready.lockHeld.Load() {
-				return errors.New("standby without --pod-uid: the DRA kubelet plugin starts once this meshlet holds the node lock (the two would share one socket)")
+				return nil
 			}
 			return driver.Serving()
 		}
@@ -130,7 +133,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	standby, endStandby := context.WithCancel(root)
 	release, err := acquireNodeLock(root, cfg.StateDir, func() {
-		go ready.watchTakeover(standby, func(ctx context.Context) error { return canTakeOver(ctx, cfg, apiClient) })
+		dial := true // until the runtime has answered once
+		go ready.watchTakeover(standby, func(ctx context.Context) error {
+			err := canTakeOver(ctx, cfg, apiClient, dial)
+			dial = dial && err != nil
+			return err
+		})
 	})
 	endStandby()
 	if err != nil {

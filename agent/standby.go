@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -18,14 +20,16 @@ import (
 const standbyInterval = 5 * time.Second
 
 // canTakeOver says, changing nothing, whether this meshlet could serve the
-// node once it holds the node lock: the runtime answers, the redirect
-// backend runs here, and (with an API server and --pod-name) the lock's
-// holder is the previous pod of meshlet's own DaemonSet, which the update
-// will stop. In a surge update the DaemonSet controller stops the old pod
+// node once it holds the node lock: the runtime answers (its NRI socket
+// dialled only while dial: each connection that does not register as a
+// plugin costs the runtime an error in its log, so once it has answered,
+// later checks see the socket is there), the redirect backend runs here, and (with an API server and
+// --pod-name) another running pod of meshlet's own DaemonSet is on the
+// node: the pod the update replaces, which will exit. In a surge update the DaemonSet controller stops the old pod
 // once the new one is Ready and then moves on to the next node, so this
 // is all that stands between a release that cannot serve and every node.
-func canTakeOver(ctx context.Context, cfg Config, client kubernetes.Interface) error {
-	if err := runtimeAnswers(ctx, cfg); err != nil {
+func canTakeOver(ctx context.Context, cfg Config, client kubernetes.Interface, dial bool) error {
+	if err := runtimeAnswers(ctx, cfg, dial); err != nil {
 		return err
 	}
 	if err := redirect.Check(cfg.Redirect); err != nil {
@@ -44,9 +48,16 @@ func canTakeOver(ctx context.Context, cfg Config, client kubernetes.Interface) e
 	return nil
 }
 
-// runtimeAnswers is whether the runtime answers where --mode will look.
-func runtimeAnswers(ctx context.Context, cfg Config) error {
+// runtimeAnswers is whether the runtime answers where --mode will look;
+// unless dial, the NRI socket only has to be there.
+func runtimeAnswers(ctx context.Context, cfg Config, dial bool) error {
 	nri := func() error {
+		if !dial {
+			if fi, err := os.Stat(cfg.NRI.SocketPath); err != nil || fi.Mode().Type() != fs.ModeSocket {
+				return fmt.Errorf("the runtime's NRI socket %s is gone", cfg.NRI.SocketPath)
+			}
+			return nil
+		}
 		if !nriAnswers(ctx, cfg.NRI.SocketPath) {
 			return fmt.Errorf("the runtime's NRI socket %s does not answer", cfg.NRI.SocketPath)
 		}
@@ -73,13 +84,15 @@ func runtimeAnswers(ctx context.Context, cfg Config) error {
 }
 
 // watchTakeover checks every standbyInterval, until ctx ends, whether this
-// standby could take over (check), publishing the answer for /readyz and
-// logging each change.
+// standby could take over (check, each bounded by standbyInterval),
+// publishing the answer for /readyz and logging each change.
 func (r *readiness) watchTakeover(ctx context.Context, check func(context.Context) error) {
 	logger := klog.FromContext(ctx)
 	var last *takeoverResult
 	for {
-		res := &takeoverResult{err: check(ctx)}
+		cctx, cancel := context.WithTimeout(ctx, standbyInterval)
+		res := &takeoverResult{err: check(cctx), at: time.Now()}
+		cancel()
 		if ctx.Err() != nil {
 			return // the lock was taken meanwhile: the answer is moot
 		}
@@ -99,5 +112,12 @@ func (r *readiness) watchTakeover(ctx context.Context, check func(context.Contex
 	}
 }
 
-// takeoverResult is one answer of canTakeOver.
-type takeoverResult struct{ err error }
+// takeoverResult is one answer of canTakeOver, and when it was given.
+type takeoverResult struct {
+	err error
+	at  time.Time
+}
+
+// takeoverStale is how old a standby's last answer may be before /readyz
+// stops trusting it (a check that hangs past its bound, or a stuck loop).
+const takeoverStale = 3 * standbyInterval

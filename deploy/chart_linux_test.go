@@ -66,12 +66,12 @@ func TestChartDryRun(t *testing.T) {
 	}
 
 	for _, args := range [][]string{
-		{"--set", "profile=containerd"},
+		{"--set", "profile=containerd,nriCheck.enabled=true"},
 		{"--set", "profile=k3s"},
 		{"--set", "profile=k3s,dra.enabled=false,paths.criSocket=/var/run/crio/crio.sock"},
 		{"--namespace", "mesh", "--set", "fullnameOverride=node-agent,dra.driverName=mesh.example.com,namespace.create=true,metrics.serviceMonitor.enabled=true",
 			"--set", "updateStrategy.maxSurge=0,updateStrategy.maxUnavailable=10%,health.address=0.0.0.0:9880,config.mode=cni,config.excluded-namespaces={kube-system,istio-system}",
-			"--set", "securityContext.privileged=false,securityContext.capabilities.add={NET_ADMIN,SYS_ADMIN},nriCheck.enabled=true"},
+			"--set", "securityContext.privileged=false,securityContext.capabilities.add={NET_ADMIN,SYS_ADMIN}"},
 	} {
 		objs := render(t, args...)
 		for _, o := range objs {

@@ -53,7 +53,8 @@ func New(cfg Config) (*Redirector, error) {
 // Check says whether the backend can run here, changing nothing: a
 // meshlet waiting to take over a node checks it before it reports Ready.
 // nftables: a read of the node's tables (nfnetlink needs CAP_NET_ADMIN);
-// iptables: the variant's binaries, found and run (save only).
+// iptables: the variant's binaries, found and run (save only), and ipset
+// listing the node's sets.
 func Check(cfg Config) error {
 	switch cfg.Backend {
 	case BackendNftables, "":
@@ -73,6 +74,10 @@ func Check(cfg Config) error {
 		}
 		if _, err := ipt.save(cfg.HostNetnsFd, IPv4); err != nil {
 			return fmt.Errorf("iptables (%s variant): %w", ipt.variant, err)
+		}
+		// The node's probe SNAT set (the ip_set module, and NET_ADMIN).
+		if _, err := runIn(cfg.HostNetnsFd, "ipset", nil, "list", "-n"); err != nil {
+			return fmt.Errorf("iptables backend: ipset: %w", err)
 		}
 		return nil
 	}

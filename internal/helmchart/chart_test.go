@@ -260,6 +260,7 @@ func TestChartValuesRefused(t *testing.T) {
 		// Values that must agree.
 		{[]string{"--set", "updateStrategy.maxUnavailable=0,updateStrategy.maxSurge=0"}, []string{"maxSurge and maxUnavailable are both 0"}},
 		{[]string{"--set", "updateStrategy.maxUnavailable=1"}, []string{"maxSurge=1 and maxUnavailable=1", "set maxUnavailable to 0 for a surge"}},
+		{[]string{"--set", "nriCheck.enabled=true,config.mode=cni"}, []string{"nriCheck.enabled", "config.mode=cni"}},
 		{[]string{"--set", "metrics.serviceMonitor.enabled=true,metrics.address="}, []string{"metrics.serviceMonitor.enabled", "metrics.address"}},
 		{[]string{"--kube-version", "1.36.0"}, []string{"dra.enabled", "1.37"}},
 	} {
