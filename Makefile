@@ -12,7 +12,9 @@ HELM_PROFILES := containerd k3s
 BIN           := bin
 # The version images and binaries are stamped with: the tag on HEAD, else dev.
 VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
-TEST_FLAGS    ?= -race -count=1
+# A cold machine builds containerd, the control plane and images inside
+# some packages' tests: more than go test's default 10 minutes each.
+TEST_FLAGS    ?= -race -count=1 -timeout 30m
 PROTOS        := agent/zds/zdspb/zds.proto
 
 .PHONY: all build version image test bench lint generate verify-generated manifests deps demo demo-dra demo-cni clean
@@ -44,8 +46,10 @@ deps:
 	./hack/install-deps.sh
 
 ## test: every test tier (unit, kernel, end to end on a real containerd,
-## a real single-node cluster); as root nothing is skipped
-test: deps
+## a real single-node cluster); as root nothing is skipped. The image is
+## built first: its cross-build is the longest compile, and the image and
+## DaemonSet tests reuse its build cache instead of racing to fill it
+test: deps image
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
