@@ -33,6 +33,22 @@ type readiness struct {
 	serving atomic.Pointer[func() error]
 }
 
+// setPlugin makes the DRA kubelet plugin's serving part of readiness. A
+// plugin that starts late (no --pod-uid: it starts once this meshlet holds
+// the node lock, as two would share one socket) does not count while this
+// meshlet waits: the serving meshlet answers the kubelet's DRA calls.
+func (r *readiness) setPlugin(serving func() error, startsLate bool) {
+	r.plugin = serving
+	if startsLate {
+		r.plugin = func() error {
+			if !r.lockHeld.Load() {
+				return nil
+			}
+			return serving()
+		}
+	}
+}
+
 // standbyDetail is /readyz's answer from a ready standby.
 const standbyDetail = "standby: another meshlet serves this node; this one takes over when it exits"
 

@@ -100,3 +100,22 @@ func TestProbe(t *testing.T) {
 		t.Errorf("the first server's socket is gone after the refusal: %v", err)
 	}
 }
+
+// TestReadinessLatePlugin: a DRA plugin that starts only once the node
+// lock is held (no --pod-uid) does not hold a standby back, and counts
+// once this meshlet serves.
+func TestReadinessLatePlugin(t *testing.T) {
+	notServing := errors.New("DRA kubelet plugin mesh.meshlet.dev not serving")
+	r := &readiness{}
+	r.setPlugin(func() error { return notServing }, true)
+	r.takeover.Store(&takeoverResult{at: time.Now()})
+	if detail, err := r.check(); err != nil || detail != standbyDetail {
+		t.Errorf("standby with a late plugin: %q, %v; want ok (standby)", detail, err)
+	}
+	r.lockHeld.Store(true)
+	serving := func() error { return nil }
+	r.serving.Store(&serving)
+	if _, err := r.check(); !errors.Is(err, notServing) {
+		t.Errorf("serving, plugin not started: %v; want %v", err, notServing)
+	}
+}

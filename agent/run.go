@@ -104,19 +104,8 @@ func Run(ctx context.Context, cfg Config) error {
 		defer func() { stopDRA() }()
 	}
 	ready := &readiness{}
-	switch {
-	case driver != nil && cfg.DRA.PodUID != "":
-		ready.plugin = driver.Serving
-	case driver != nil:
-		// Without --pod-uid the plugin starts once this meshlet holds the
-		// node lock (two would share one socket); meanwhile the serving
-		// meshlet answers the kubelet's DRA calls.
-		ready.plugin = func() error {
-			if !ready.lockHeld.Load() {
-				return nil
-			}
-			return driver.Serving()
-		}
+	if driver != nil {
+		ready.setPlugin(driver.Serving, cfg.DRA.PodUID == "")
 	}
 	if cfg.HealthSocket != "" {
 		// Served before the node lock: a meshlet waiting for the
@@ -132,14 +121,7 @@ func Run(ctx context.Context, cfg Config) error {
 		apiClient = api.client
 	}
 	standby, endStandby := context.WithCancel(root)
-	release, err := acquireNodeLock(root, cfg.StateDir, func() {
-		dial := true // until the runtime has answered once
-		go ready.watchTakeover(standby, func(ctx context.Context) error {
-			err := canTakeOver(ctx, cfg, apiClient, dial)
-			dial = dial && err != nil
-			return err
-		})
-	})
+	release, err := acquireNodeLock(root, cfg.StateDir, ready.standbyChecks(standby, cfg, apiClient))
 	endStandby()
 	if err != nil {
 		return stopped(ctx, root, err)

@@ -83,6 +83,20 @@ func runtimeAnswers(ctx context.Context, cfg Config, dial bool) error {
 	return nil
 }
 
+// standbyChecks returns what acquireNodeLock calls once it waits on
+// another meshlet: checks, in the background until ctx ends, of whether
+// this one could take the node over.
+func (r *readiness) standbyChecks(ctx context.Context, cfg Config, client kubernetes.Interface) func() {
+	return func() {
+		dial := true // until the runtime has answered once
+		go r.watchTakeover(ctx, func(ctx context.Context) error {
+			err := canTakeOver(ctx, cfg, client, dial)
+			dial = dial && err != nil
+			return err
+		})
+	}
+}
+
 // watchTakeover checks every standbyInterval, until ctx ends, whether this
 // standby could take over (check, each bounded by standbyInterval),
 // publishing the answer for /readyz and logging each change.

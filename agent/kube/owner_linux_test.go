@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet/meshlet/agent/kube"
 )
@@ -23,17 +24,8 @@ func TestDaemonSetRemoved(t *testing.T) {
 	rc := restrictedClient(t)
 	ns := namespace(t, c, nil)
 	ctx := context.Background()
-	labels := map[string]string{"app": "meshlet"}
-	newDS := func() *appsv1.DaemonSet {
-		ds, err := c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
-			ObjectMeta: metav1.ObjectMeta{Name: "meshlet"},
-			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
-		}, metav1.CreateOptions{})
-		must(t, err)
-		return ds
-	}
+	labels := meshletLabels
+	newDS := func() *appsv1.DaemonSet { return createDaemonSet(t, c, ns) }
 	ds := newDS()
 	newPod := func(name string, owner *appsv1.DaemonSet) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
@@ -96,14 +88,8 @@ func TestSiblingOnNode(t *testing.T) {
 	rc := restrictedClient(t)
 	ns := namespace(t, c, nil)
 	ctx := context.Background()
-	labels := map[string]string{"app": "meshlet"}
-	ds, err := c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{
-		ObjectMeta: metav1.ObjectMeta{Name: "meshlet"},
-		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
-	}, metav1.CreateOptions{})
-	must(t, err)
+	labels := meshletLabels
+	ds := createDaemonSet(t, c, ns)
 	newPod := func(name, node string, owned bool, phase corev1.PodPhase) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}
@@ -135,4 +121,21 @@ func TestSiblingOnNode(t *testing.T) {
 	if _, err := kube.SiblingOnNode(ctx, rc, ns, "other-owner", "n1"); err == nil {
 		t.Error("SiblingOnNode of a pod without a DaemonSet: no error")
 	}
+}
+
+// meshletLabels select the test's meshlet DaemonSet's pods.
+var meshletLabels = map[string]string{"app": "meshlet"}
+
+// createDaemonSet creates a DaemonSet "meshlet" in ns (no controller runs
+// here: its pods are made by hand).
+func createDaemonSet(t *testing.T, c kubernetes.Interface, ns string) *appsv1.DaemonSet {
+	t.Helper()
+	ds, err := c.AppsV1().DaemonSets(ns).Create(context.Background(), &appsv1.DaemonSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "meshlet"},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: meshletLabels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: meshletLabels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	return ds
 }
