@@ -17,7 +17,7 @@ VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo d
 TEST_FLAGS    ?= -race -count=1 -timeout 30m
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build version image test bench lint generate verify-generated manifests deps demo demo-dra demo-cni clean
+.PHONY: all build version image test bench fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -69,6 +69,11 @@ bench: deps
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt
+
+## fuzz: every Go fuzz target, FUZZTIME each (default 30s), on top of its
+## committed seeds; prints each target's executions (CI: 10s each)
+fuzz:
+	./hack/fuzz.sh
 
 ## lint: formatting, vet, staticcheck, generated code up to date; the Helm
 ## chart linted with each profile, and its rendering (the manifests in
