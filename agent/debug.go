@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
@@ -93,11 +92,7 @@ func listenDebug(stateDir string, h http.Handler) (*httpServer, error) {
 // status), from its debug socket in --state-dir.
 func Status(ctx context.Context, cfg Config, w io.Writer) error {
 	path := filepath.Join(cfg.StateDir, DebugSocketName)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
-		}}}
+	client := unixHTTPClient(path, 5*time.Second)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet/debug/pods", nil)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -102,22 +103,14 @@ var ProbeEndpoints = []string{"readyz", "healthz"}
 // (meshlet probe: a DaemonSet's exec probes). It returns nil on 200 and
 // writes the answer to out; otherwise the error carries the answer.
 func Probe(ctx context.Context, cfg Config, endpoint string, out io.Writer) error {
-	valid := false
-	for _, e := range ProbeEndpoints {
-		valid = valid || endpoint == e
-	}
-	if !valid {
+	if !slices.Contains(ProbeEndpoints, endpoint) {
 		return fmt.Errorf("endpoint %q: want one of %s", endpoint, strings.Join(ProbeEndpoints, ", "))
 	}
 	if cfg.HealthSocket == "" {
 		return errors.New("--health-socket (MESHLET_HEALTH_SOCKET) is not set: nothing to probe")
 	}
 	// Below the chart's probe timeout, so the kubelet records why.
-	client := &http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", cfg.HealthSocket)
-		}}}
+	client := unixHTTPClient(cfg.HealthSocket, 3*time.Second)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet/"+endpoint, nil)
 	if err != nil {
 		return err

@@ -77,6 +77,16 @@ func (s *httpServer) stop() error {
 	return errors.Join(err, <-s.done)
 }
 
+// unixHTTPClient is an HTTP client whose every request goes to the Unix
+// socket at path (meshlet's local endpoints: the debug and health sockets).
+func unixHTTPClient(path string, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		}}}
+}
+
 // stopHTTP stops s, logging a failure (shutdown goes on).
 func stopHTTP(logger klog.Logger, s *httpServer) {
 	if err := s.stop(); err != nil {

@@ -23,11 +23,13 @@ const standbyInterval = 5 * time.Second
 // node once it holds the node lock: the runtime answers (its NRI socket
 // dialled only while dial: each connection that does not register as a
 // plugin costs the runtime an error in its log, so once it has answered,
-// later checks see the socket is there), the redirect backend runs here, and (with an API server and
-// --pod-name) another running pod of meshlet's own DaemonSet is on the
-// node: the pod the update replaces, which will exit. In a surge update the DaemonSet controller stops the old pod
-// once the new one is Ready and then moves on to the next node, so this
-// is all that stands between a release that cannot serve and every node.
+// later checks see the socket is there), the redirect backend runs here,
+// and (with an API server and --pod-name) another running pod of
+// meshlet's own DaemonSet is on the node: the pod the update replaces,
+// which will exit. In a surge update the DaemonSet controller stops the
+// old pod once the new one is Ready and then moves on to the next node,
+// so this is all that stands between a release that cannot serve and
+// every node.
 func canTakeOver(ctx context.Context, cfg Config, client kubernetes.Interface, dial bool) error {
 	if err := runtimeAnswers(ctx, cfg, dial); err != nil {
 		return err
