@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
 
@@ -59,6 +60,11 @@ const healthTimeout = 30 * time.Second
 // otherwise, at once on every change and again before the kubelet's
 // report would go stale.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
+	// The kubelet opens this stream once it has registered the plugin:
+	// the first sign that it will send this meshlet the node's claims.
+	logger := klog.FromContext(ctx)
+	logger.Info("The kubelet watches the mesh device's health: it has registered this plugin", "driver", d.cfg.DriverName)
+	defer logger.V(2).Info("The kubelet stopped watching the mesh device's health", "driver", d.cfg.DriverName)
 	// A meshlet that does not serve the node yet (an update's new one)
 	// cannot vouch for the devices: Unknown until it does.
 	for !d.leads() {

@@ -16,6 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
@@ -365,50 +367,67 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 }
 
 // watchSurge watches meshlet's pods through an update from tag old to
-// tag next. The returned func stops watching and says what was wrong
-// ("" for a surge): the new pod must become Ready while the old one is
-// running and not yet being deleted.
+// tag next. The returned func says what was wrong ("" for a surge): the
+// first time a new pod is Ready, an old one must be running and not yet
+// being deleted. It waits for that moment (the rollout's end seen on the
+// DaemonSet can reach the test before the pod's own event does), then
+// stops watching.
 func watchSurge(t *testing.T, c *clusterenv.Cluster, old, next string) func() string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := c.Client.CoreV1().Pods(meshletNamespace).Watch(ctx, metav1.ListOptions{})
+	pods := c.Client.CoreV1().Pods(meshletNamespace)
+	list, err := pods.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A RetryWatcher resumes from the last event it delivered when the
+	// API server ends a watch: no pod event is lost.
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return pods.Watch(ctx, o) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	result := make(chan string, 1)
 	go func() {
 		defer w.Stop()
-		pods := map[string]*corev1.Pod{}
-		seen := "no new pod became Ready"
+		byName := map[string]*corev1.Pod{}
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
 		for ev := range w.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
 			if !ok {
 				continue
 			}
 			if ev.Type == watch.Deleted {
-				delete(pods, p.Name)
+				delete(byName, p.Name)
 				continue
 			}
-			pods[p.Name] = p
+			byName[p.Name] = p
 			if !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+next) || !podReady(p) {
 				continue
 			}
-			seen = "the new pod became Ready with no old pod running next to it"
-			for _, o := range pods {
+			for _, o := range byName {
 				if strings.HasSuffix(o.Spec.Containers[0].Image, ":"+old) && o.DeletionTimestamp == nil && o.Status.Phase == corev1.PodRunning {
-					seen = ""
+					result <- ""
+					return
 				}
 			}
-			if seen == "" {
-				break
-			}
+			result <- "the new pod " + p.Name + " became Ready with no old pod running next to it"
+			return
 		}
-		result <- seen
+		result <- "the watch ended before a new pod became Ready"
 	}()
 	return func() string {
-		cancel()
-		return <-result
+		defer cancel()
+		select {
+		case why := <-result:
+			return why
+		case <-time.After(30 * time.Second):
+			return "no new pod became Ready within 30 s of the rollout's end"
+		}
 	}
 }
 

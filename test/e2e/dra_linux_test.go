@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -42,6 +43,9 @@ func TestDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Claims a run before this one left prepared (its kubelet is gone,
+	// so nothing unprepares them): the counts below are on top.
+	staleClaims := preparedClaims(t).Len()
 	m := startMesh(t, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+c.KubeletRootDir())
 	// Cleanups run last-registered first: pods go while the plugin can
 	// still unprepare their claims.
@@ -99,7 +103,7 @@ func TestDRA(t *testing.T) {
 	for name, ok := range map[string]func(float64) bool{
 		"meshlet_dra_prepare_refusals_total": func(v float64) bool { return v >= 1 }, // the kubelet retries
 		"meshlet_mesh_device_ready":          func(v float64) bool { return v == 1 },
-		"meshlet_dra_prepared_claims":        func(v float64) bool { return v == 2 },
+		"meshlet_dra_prepared_claims":        func(v float64) bool { return v == float64(2+staleClaims) },
 	} {
 		if v, found := metricValue(metrics, name); !found || !ok(v) {
 			t.Errorf("metric %s = %v (found %t)", name, v, found)
@@ -174,6 +178,13 @@ func TestDRA(t *testing.T) {
 	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// The restarted plugin reuses the killed one's socket names, so the
+	// kubelet unregisters the old and registers the new in two passes of
+	// its plugin watcher; a claim it tries to prepare in between fails as
+	// "not registered" and is retried only on its next periodic pod sync
+	// (a minute). A user's pod meets that window too; the test waits it
+	// out so the next steps exercise meshlet, not the kubelet's retry.
+	waitMeshletLog(t, m.meshlet, len(logBefore), kubeletRegistered)
 	waitPod(t, c, restarted, "Running after meshlet's restart", running)
 	checkEnrolled(t, m, restarted, false)
 	logAll, err := os.ReadFile(m.meshlet.LogPath)
@@ -194,10 +205,11 @@ func TestDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the second meshlet waiting for the node lock", func() bool {
-		b, _ := os.ReadFile(m.meshlet.LogPath)
-		return strings.Contains(string(b[len(logAll):]), "Another meshlet serves this node")
-	})
+	t.Cleanup(func() { _ = second.Stop() }) // when the test fails before the hand-over
+	waitMeshletLog(t, second, len(logAll), "Another meshlet serves this node")
+	// With its own socket names the second plugin registers beside the
+	// first and, being the newest, is sent the overlap pod's claim.
+	waitMeshletLog(t, second, len(logAll), kubeletRegistered)
 	overlap := createPod(t, c, meshPodByResource("overlap"))
 	waitPod(t, c, overlap, "Running during the overlap", running)
 	checkEnrolled(t, m, overlap, true)
@@ -220,6 +232,7 @@ func TestDRA(t *testing.T) {
 	if err := c.DeletePods(); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "the kubelet unpreparing the deleted pods' claims", func() bool { return preparedClaims(t).Len() == staleClaims })
 	if err := m.meshlet.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -231,6 +244,30 @@ func TestDRA(t *testing.T) {
 		slices.Items[0].Spec.Devices[0].Taints[0].Value != "meshlet-stopped" {
 		t.Fatalf("after meshlet stopped, the node's slices are %s, want the mesh device tainted meshlet-stopped", toYAML(slices.Items))
 	}
+}
+
+// kubeletRegistered is what a meshlet logs once the kubelet has
+// registered its DRA plugin.
+const kubeletRegistered = "The kubelet watches the mesh device's health"
+
+// waitMeshletLog waits for a line containing text that this meshlet
+// process wrote to its log (meshlets of one environment share the file;
+// klog's header names the writer's pid) after offset from.
+func waitMeshletLog(t testing.TB, ml *env.Meshlet, from int, text string) {
+	t.Helper()
+	pid := fmt.Sprintf(" %d ", ml.Pid())
+	waitFor(t, fmt.Sprintf("meshlet %d to log %q", ml.Pid(), text), func() bool {
+		b, _ := os.ReadFile(ml.LogPath)
+		if len(b) < from {
+			return false
+		}
+		for _, line := range strings.Split(string(b[from:]), "\n") {
+			if head, _, ok := strings.Cut(line, "]"); ok && strings.Contains(head, pid) && strings.Contains(line, text) {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // running: the pod runs with its container ready.
