@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
@@ -141,8 +142,20 @@ func (c *Config) Validate() error {
 	if c.ZtunnelSocket == "" {
 		return errors.New("--ztunnel-socket must not be empty")
 	}
-	if c.Policy.DataplaneModeLabel == "" {
-		return errors.New("--dataplane-mode-label must not be empty")
+	if errs := validation.IsQualifiedName(c.Policy.DataplaneModeLabel); len(errs) > 0 {
+		return fmt.Errorf("--dataplane-mode-label=%q: not a label key: %s", c.Policy.DataplaneModeLabel, strings.Join(errs, "; "))
+	}
+	// Names that no namespace or RuntimeClass can have would match nothing
+	// (and CNI mode's installer refuses such namespaces when it starts).
+	for _, l := range []struct {
+		flag  string
+		names []string
+	}{{"--excluded-namespaces", c.Policy.ExcludedNamespaces}, {"--denied-runtime-handlers", c.Policy.DeniedRuntimeHandlers}} {
+		for _, name := range l.names {
+			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
+				return fmt.Errorf("%s: %q is not a name a namespace or RuntimeClass handler can have: %s", l.flag, name, strings.Join(errs, "; "))
+			}
+		}
 	}
 	if c.StateDir == "" {
 		return errors.New("--state-dir must not be empty")

@@ -79,6 +79,9 @@ func TestValidateNamesFlag(t *testing.T) {
 	for _, c := range []struct{ arg, flag string }{
 		{"--ztunnel-socket=", "--ztunnel-socket"},
 		{"--dataplane-mode-label=", "--dataplane-mode-label"},
+		{"--dataplane-mode-label=istio.io/data plane", "--dataplane-mode-label"},
+		{"--excluded-namespaces=kube-system,Istio_System", "--excluded-namespaces"},
+		{"--denied-runtime-handlers=runsc,gVisor", "--denied-runtime-handlers"},
 		{"--nri-socket=", "--nri-socket"},
 		{"--nri-plugin-index=7", "--nri-plugin-index"},
 		{"--nri-plugin-index=a1", "--nri-plugin-index"},

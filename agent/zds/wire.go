@@ -30,32 +30,39 @@ func protocolErrorf(format string, args ...any) error {
 // ReadMessage reads one datagram into m and returns the fds that came with
 // it. It rejects truncated or oversized datagrams and unparsable payloads;
 // fds that arrive with a rejected datagram are closed.
-func ReadMessage(c *net.UnixConn, m proto.Message) (fds []int, err error) {
+//
+// A zero-length datagram reads as io.EOF: Go takes it for the end of a
+// SEQPACKET stream.
+func ReadMessage(c *net.UnixConn, m proto.Message) ([]int, error) {
 	buf := make([]byte, MaxMessageSize)
 	oob := make([]byte, oobSize)
 	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	var fds []int
 	if oobn > 0 {
 		fds = parseRights(oob[:oobn])
 	}
-	defer func() {
-		if err != nil {
-			closeAll(fds)
-			fds = nil
-		}
-	}()
+	if err == nil {
+		err = checkDatagram(buf[:n], flags, m)
+	}
 	if err != nil {
+		closeAll(fds)
 		return nil, err
 	}
-	switch {
-	case flags&unix.MSG_TRUNC != 0 || n >= MaxMessageSize:
-		return nil, protocolErrorf("datagram of %d bytes or more exceeds the %d-byte limit", n, MaxMessageSize-1)
-	case flags&unix.MSG_CTRUNC != 0:
-		return nil, protocolErrorf("control data truncated (too many fds)")
-	}
-	if err := proto.Unmarshal(buf[:n], m); err != nil {
-		return nil, protocolErrorf("unparsable %T: %v", m, err)
-	}
 	return fds, nil
+}
+
+// checkDatagram parses one complete datagram into m.
+func checkDatagram(b []byte, flags int, m proto.Message) error {
+	switch {
+	case flags&unix.MSG_TRUNC != 0 || len(b) >= MaxMessageSize:
+		return protocolErrorf("datagram of %d bytes or more exceeds the %d-byte limit", len(b), MaxMessageSize-1)
+	case flags&unix.MSG_CTRUNC != 0:
+		return protocolErrorf("control data truncated (too many fds)")
+	}
+	if err := proto.Unmarshal(b, m); err != nil {
+		return protocolErrorf("unparsable %T: %v", m, err)
+	}
+	return nil
 }
 
 // WriteMessage sends m as one datagram, with fd attached when fd >= 0.

@@ -56,7 +56,10 @@ func Add(args *skel.CmdArgs, out io.Writer) error {
 	}
 	prev, err := current.NewResultFromResult(conf.PrevResult)
 	if err != nil {
-		return fmt.Errorf("meshlet-cni: prevResult: %w", err)
+		return types.NewError(types.ErrDecodingFailure, "meshlet-cni: prevResult: "+err.Error(), "")
+	}
+	if err := checkAddresses(prev); err != nil {
+		return err
 	}
 	pod, err := podOf(args)
 	if err != nil {
@@ -133,6 +136,18 @@ func (conf *Config) forward(req *wire.Request) error {
 	if resp.Outcome == wire.OutcomeFailed {
 		return types.NewError(types.ErrTryAgainLater, "meshlet: pod "+req.Pod.Namespace+"/"+req.Pod.Name+
 			" must join the mesh but could not be enrolled ("+resp.Reason+")", resp.Message)
+	}
+	return nil
+}
+
+// checkAddresses refuses a previous result with an IP entry that has no
+// address: passed on, it would print as "<nil>" for the runtime, and the
+// pod would be enrolled without that address.
+func checkAddresses(r *current.Result) error {
+	for i, ip := range r.IPs {
+		if ip == nil || ip.Address.IP == nil {
+			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("meshlet-cni: prevResult.ips[%d]: no address (the previous plugin's result is malformed)", i), "")
+		}
 	}
 	return nil
 }

@@ -276,6 +276,13 @@ func TestConfigRefused(t *testing.T) {
 	if err := Add(cmdArgs(stdin(t, "1.1.0", "/run/m.sock", nil, nil)), &out); !errors.As(err, &te) || te.Code != types.ErrInvalidNetworkConfig {
 		t.Errorf("ADD without a prevResult: %v, want CNI error %d: the conflist is wrong", err, types.ErrInvalidNetworkConfig)
 	}
+	// An IP entry without an address would be printed as "<nil>" and the
+	// pod enrolled without it.
+	noAddress := `{"cniVersion":"1.1.0","name":"pods","type":"meshlet-cni","prevResult":{"cniVersion":"1.1.0","ips":[{"address":"10.0.0.2/24"},{"interface":0}]}}`
+	args := cmdArgs([]byte(noAddress))
+	if err := Add(args, &out); !errors.As(err, &te) || te.Code != types.ErrDecodingFailure || !strings.Contains(err.Error(), "prevResult.ips[1]") || out.Len() != 0 {
+		t.Errorf("ADD with an address-less IP in prevResult: %v (printed %q), want CNI error %d naming prevResult.ips[1] and nothing printed", err, out.String(), types.ErrDecodingFailure)
+	}
 	conf, err := ParseConfig([]byte(`{"cniVersion":"1.1.0","name":"pods","type":"meshlet-cni"}`))
 	if err != nil || conf.AgentSocket != DefaultAgentSocket || conf.timeout != DefaultAgentTimeout {
 		t.Fatalf("defaults: %+v, %v", conf, err)
