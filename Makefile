@@ -5,8 +5,14 @@ GO            ?= go
 CACHE_DIR     ?= $(HOME)/.cache/meshlet
 PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION   := v0.8.2
+GOVULNCHECK_VERSION   := v1.9.0
+# The vulnerability database: golang.org/x/vulndb's OSV files at this
+# version (the module proxy serves it), indexed for govulncheck.
+VULNDB_VERSION        := v0.0.0-20261105234957-e22db6528018
 PROTOC_GEN_GO := $(CACHE_DIR)/tools/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 STATICCHECK   := $(CACHE_DIR)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
+GOVULNCHECK   := $(CACHE_DIR)/tools/govulncheck-$(GOVULNCHECK_VERSION)/govulncheck
+VULNDB        := $(CACHE_DIR)/tools/vulndb-$(VULNDB_VERSION)
 CHART         := deploy/charts/meshlet
 HELM_PROFILES := containerd k3s
 BIN           := bin
@@ -75,15 +81,20 @@ bench: deps
 fuzz:
 	./hack/fuzz.sh
 
-## lint: formatting, vet, staticcheck, generated code up to date; the Helm
-## chart linted with each profile, and its rendering (the manifests in
-## deploy/ and the golden files) checked: up to date, every object decoded
-## strictly with the Kubernetes API types, bad values refused
-lint: deps $(STATICCHECK) verify-generated
+## lint: formatting, vet, staticcheck, generated code up to date;
+## govulncheck (fails on a known vulnerability the code reaches in a
+## required module, warns on the standard library's); the Helm chart
+## linted with each profile, and its rendering (the manifests in deploy/
+## and the golden files) checked: up to date, every object decoded strictly
+## with the Kubernetes API types, bad values refused
+lint: deps $(STATICCHECK) $(GOVULNCHECK) $(VULNDB)/index/db.json verify-generated
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	GOOS=darwin $(GO) vet ./...
 	$(STATICCHECK) ./...
+	@mkdir -p $(BIN)
+	$(GOVULNCHECK) -db file://$(VULNDB) -format json ./... > $(BIN)/govulncheck.json
+	$(GO) run ./hack/vulnreport < $(BIN)/govulncheck.json
 	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" && export MESHLET_HELM && \
 	  for profile in $(HELM_PROFILES); do "$$MESHLET_HELM/helm" lint --strict $(CHART) --set profile=$$profile || exit 1; done && \
 	  $(GO) test -count=1 ./internal/helmchart/
@@ -106,6 +117,12 @@ $(PROTOC_GEN_GO):
 
 $(STATICCHECK):
 	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(GOVULNCHECK):
+	GOBIN=$(dir $@) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
+
+$(VULNDB)/index/db.json:
+	GO=$(GO) ./hack/build-vulndb.sh $(VULNDB_VERSION) $(VULNDB)
 
 ## demo: a real containerd with NRI, meshlet and a ztunnel stand-in; a mesh
 ## pod and a plain pod; an account of what happened; then clean up
