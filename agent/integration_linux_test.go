@@ -85,8 +85,12 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer redir.Close()
+	opener, err := newNetnsOpener(rcfg.HostNetnsFd)
+	if err != nil {
+		t.Fatal(err)
+	}
 	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
-		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: noStatus{}},
+		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
 		enroll.Config{Defaults: DefaultConfig().PodDefaults})
 	if err != nil {
 		t.Fatal(err)

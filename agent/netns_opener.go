@@ -1,22 +1,63 @@
 package agent
 
 import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
 )
 
-// netnsOpener adapts agent/netns to the core's NetnsOpener port.
-type netnsOpener struct{}
+// netnsOpener adapts agent/netns to the core's NetnsOpener port. Beyond
+// the kernel's word that a path is a network namespace (netns.Open), it
+// refuses two things a runtime never sends for a pod: a path that is not
+// absolute and clean (no "..", no "//"), and the node's own network
+// namespace. The second would have meshlet redirect the node's traffic
+// to ztunnel: a host-network pod the runtime did not flag as one, or a
+// runtime bug, must fail that pod, not the node.
+type netnsOpener struct {
+	node uint64 // the node's netns inode
+}
 
 var (
 	_ enroll.NetnsOpener = netnsOpener{}
 	_ enroll.Netns       = (*netns.Handle)(nil)
 )
 
-func (netnsOpener) Open(path string) (enroll.Netns, error) {
+// errNodeNetns is a pod netns path that names the node's own namespace.
+var errNodeNetns = errors.New("it is the node's own network namespace: a pod's rules there would redirect the node's traffic")
+
+// newNetnsOpener identifies the node's network namespace: the one at
+// hostNetnsFd (redirect.Config.HostNetnsFd), or meshlet's own when it is
+// -1 (the DaemonSet runs on the host network).
+func newNetnsOpener(hostNetnsFd int) (netnsOpener, error) {
+	if hostNetnsFd >= 0 {
+		inode, err := netns.Identify(hostNetnsFd)
+		if err != nil {
+			return netnsOpener{}, fmt.Errorf("the node's network namespace: %w", err)
+		}
+		return netnsOpener{node: inode}, nil
+	}
+	h, err := netns.Open("/proc/self/ns/net")
+	if err != nil {
+		return netnsOpener{}, fmt.Errorf("the node's network namespace: %w", err)
+	}
+	defer h.Close()
+	return netnsOpener{node: h.Inode()}, nil
+}
+
+func (o netnsOpener) Open(path string) (enroll.Netns, error) {
+	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
+		return nil, fmt.Errorf("netns path %q: want an absolute path with no . or .. elements", path)
+	}
 	h, err := netns.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	if h.Inode() == o.node {
+		_ = h.Close()
+		return nil, fmt.Errorf("netns %s (inode %d): %w", path, h.Inode(), errNodeNetns)
 	}
 	return h, nil
 }

@@ -147,8 +147,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if driver != nil {
 		reporters = append(reporters, driver)
 	}
+	opener, err := newNetnsOpener(cfg.Redirect.HostNetnsFd)
+	if err != nil {
+		return err
+	}
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
-		Opener: netnsOpener{}, Redirector: redir, Proxy: server, Status: reporters},
+		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
 		enroll.Config{Defaults: cfg.PodDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
 	if err != nil {
 		return err
