@@ -117,7 +117,23 @@ func BenchmarkRemoveIptables(b *testing.B)  { benchRemove(b, BackendIptables) }
 // BenchmarkHostSNATUpdate: one pod's addresses (IPv4 + IPv6) added to the
 // node's probe SNAT sets, then deleted; each op is one update.
 func BenchmarkHostSNATUpdate(b *testing.B) {
+	benchHostSNATUpdate(b, 0)
+}
+
+// BenchmarkHostSNATUpdateAt1000: the same with 1,000 pods' addresses
+// already in the sets, as on a full node.
+func BenchmarkHostSNATUpdateAt1000(b *testing.B) {
+	benchHostSNATUpdate(b, 1000)
+}
+
+func benchHostSNATUpdate(b *testing.B, others int) {
 	r := newBareRedirector(b, BackendNftables)
+	for i := range others {
+		v6 := netip.MustParseAddr(fmt.Sprintf("fd00:10:2::%x", i+1))
+		if err := r.host.Add([]netip.Addr{netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)}), v6}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	ips := []netip.Addr{podV4, podV6}
 	var lat []time.Duration
 	for b.Loop() {

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// BenchmarkEnrollSerial: pods enrolled one after another by the core with
+// real parts: each pod's own network namespace, nftables rules in it and
+// in the node's probe SNAT set, a real ZDS Add (netns fd, ack) to a
+// ztunnel stand-in. Creating the namespaces is setup, outside the timer.
+// Reports pods/s and this process's resident memory once 110 pods (the
+// kubelet's default maxPods) and once all b.N pods are enrolled. The
+// process is the test binary: the figure bounds the core's, it is not the
+// daemon's (BenchmarkMeshlet100Pods in test/e2e measures the daemon).
+func BenchmarkEnrollSerial(b *testing.B) {
+	privtest.RequireRoot(b)
+	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
+	defer cancel()
+	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(zdstest.SocketDir(b), "z.sock")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = server.Serve(ctx) }()
+	defer server.Close()
+	zt := &zdstest.Ztunnel{}
+	if err := zt.Start(server.Addr()); err != nil {
+		b.Fatal(err)
+	}
+	defer zt.Stop()
+	if err := zt.WaitSnapshot(ctx); err != nil {
+		b.Fatal(err)
+	}
+	pol, err := policy.New(policy.Defaults())
+	if err != nil {
+		b.Fatal(err)
+	}
+	node := netnstest.Open(b)
+	rcfg := redirect.DefaultConfig()
+	rcfg.HostNetnsFd = netnstest.Fd(b, node)
+	redir, err := redirect.New(rcfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer redir.Close()
+	opener, err := newNetnsOpener(rcfg.HostNetnsFd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
+		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
+		enroll.Config{Defaults: DefaultConfig().PodDefaults})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
+	var pods []enroll.Pod
+	defer func() { _ = core.Reconcile(context.Background(), nil) }() // pods go before their namespaces
+	var took time.Duration
+	rss110 := 0.0
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		p := enroll.Pod{UID: fmt.Sprintf("uid-%d", i), Name: fmt.Sprintf("p-%d", i), Namespace: "app", Labels: ambient,
+			NetnsPath: netnstest.New(b), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})}}
+		b.StartTimer()
+		start := time.Now()
+		if _, err := core.Enroll(ctx, p); err != nil {
+			b.Fatalf("enroll pod %d: %v", i, err)
+		}
+		took += time.Since(start)
+		pods = append(pods, p)
+		i++
+		if i == 110 {
+			rss110 = rssMiB(b)
+		}
+	}
+	b.ReportMetric(float64(b.N)/took.Seconds(), "pods/s")
+	if rss110 > 0 {
+		b.ReportMetric(rss110, "MiB-rss-at-110")
+	}
+	b.ReportMetric(rssMiB(b), fmt.Sprintf("MiB-rss-at-%d", b.N))
+}
+
+// rssMiB is this process's resident set (VmRSS), in MiB.
+func rssMiB(b *testing.B) float64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		if v, ok := strings.CutPrefix(s.Text(), "VmRSS:"); ok {
+			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			return float64(kb) / 1024
+		}
+	}
+	b.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
