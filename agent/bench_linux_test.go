@@ -73,7 +73,6 @@ func BenchmarkEnrollSerial(b *testing.B) {
 		b.Fatal(err)
 	}
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
-	var pods []enroll.Pod
 	defer func() { _ = core.Reconcile(context.Background(), nil) }() // pods go before their namespaces
 	var took time.Duration
 	rss110 := 0.0
@@ -88,7 +87,6 @@ func BenchmarkEnrollSerial(b *testing.B) {
 			b.Fatalf("enroll pod %d: %v", i, err)
 		}
 		took += time.Since(start)
-		pods = append(pods, p)
 		i++
 		if i == 110 {
 			rss110 = rssMiB(b)
