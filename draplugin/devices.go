@@ -60,8 +60,9 @@ const healthTimeout = 30 * time.Second
 // otherwise, at once on every change and again before the kubelet's
 // report would go stale.
 func (d *Driver) WatchHealthStatus(ctx context.Context, reports chan<- kubeletplugin.DeviceHealthReport) error {
-	// The kubelet opens this stream once it has registered the plugin:
-	// the first sign that it will send this meshlet the node's claims.
+	// The kubelet opens this stream as it registers the plugin, when its
+	// ResourceHealthStatus feature is on (beta, on by default since 1.36):
+	// there, the sign that it will send this meshlet the node's claims.
 	logger := klog.FromContext(ctx)
 	logger.Info("The kubelet watches the mesh device's health: it has registered this plugin", "driver", d.cfg.DriverName)
 	defer logger.V(2).Info("The kubelet stopped watching the mesh device's health", "driver", d.cfg.DriverName)

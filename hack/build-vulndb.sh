@@ -19,5 +19,6 @@ GOBIN="$work/bin" "$go" install "golang.org/x/vulndb/cmd/indexdb@$version"
 mkdir -p "$(dirname "$out")"
 rm -rf "$out.tmp"
 mv "$work/db" "$out.tmp"
+rm -rf "$out" # a partial one from an interrupted build
 mv -T "$out.tmp" "$out"
 echo "build-vulndb: $(ls "$src/data/osv" | wc -l) entries of golang.org/x/vulndb@$version in $out"

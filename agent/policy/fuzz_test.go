@@ -14,7 +14,7 @@ import (
 // control), the decision is one of the documented reasons and never
 // meshes a pod that must stay out (host network, an excluded namespace,
 // ztunnel itself, a denied handler, a sidecar); a claim is refused exactly
-// when the claimed decision would not mesh the pod; and the settings
+// when its pod cannot be meshed or opts out with its label; and the settings
 // annotations are read as strconv.ParseBool reads them, with a warning
 // naming each one it cannot read.
 func FuzzDecide(f *testing.F) {

@@ -75,7 +75,7 @@ func checkPeerMessage(t *testing.T, ours, peer *net.UnixConn, fd *os.File, data 
 	if _, _, err := peer.WriteMsgUnix(data, oob, nil); err != nil {
 		t.Fatalf("send the datagram: %v", err)
 	}
-	before := openFds(t)
+	before := openFdCount(t)
 
 	var msgErr error
 	var got []int
@@ -111,7 +111,7 @@ func checkPeerMessage(t *testing.T, ours, peer *net.UnixConn, fd *os.File, data 
 	}
 	// Every fd that arrived was closed: the accepted ones above,
 	// the rejected ones by meshlet.
-	if after := openFds(t); after != before {
+	if after := openFdCount(t); after != before {
 		t.Fatalf("%d fds open after reading, %d before: the datagram's fds leaked", after, before)
 	}
 }
@@ -136,8 +136,8 @@ func socketPair(t testing.TB) (ours, peer *net.UnixConn) {
 	return conns[0], conns[1]
 }
 
-// openFds counts this process's open file descriptors.
-func openFds(t *testing.T) int {
+// openFdCount counts this process's open file descriptors.
+func openFdCount(t *testing.T) int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc/self/fd")
 	if err != nil {

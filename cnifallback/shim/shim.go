@@ -51,14 +51,8 @@ func Add(args *skel.CmdArgs, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if conf.PrevResult == nil {
-		return errNoPrevResult
-	}
-	prev, err := current.NewResultFromResult(conf.PrevResult)
+	prev, err := podNetworkResult(conf)
 	if err != nil {
-		return types.NewError(types.ErrDecodingFailure, "meshlet-cni: prevResult: "+err.Error(), "")
-	}
-	if err := checkAddresses(prev); err != nil {
 		return err
 	}
 	pod, err := podOf(args)
@@ -83,16 +77,13 @@ func Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if conf.PrevResult == nil {
-		return errNoPrevResult
+	prev, err := podNetworkResult(conf)
+	if err != nil {
+		return err
 	}
 	pod, err := podOf(args)
 	if err != nil || pod.UID == "" {
 		return err
-	}
-	prev, err := current.NewResultFromResult(conf.PrevResult)
-	if err != nil {
-		return fmt.Errorf("meshlet-cni: prevResult: %w", err)
 	}
 	return conf.forward(&wire.Request{Version: wire.Version, Command: wire.CommandCheck, ContainerID: args.ContainerID,
 		Netns: args.Netns, IfName: args.IfName, Pod: pod, IPs: addresses(prev)})
@@ -140,16 +131,24 @@ func (conf *Config) forward(req *wire.Request) error {
 	return nil
 }
 
-// checkAddresses refuses a previous result with an IP entry that has no
-// address: passed on, it would print as "<nil>" for the runtime, and the
-// pod would be enrolled without that address.
-func checkAddresses(r *current.Result) error {
+// podNetworkResult is the pod network's result that ADD and CHECK act on. One
+// with an IP entry that has no address is refused: passed on, it would
+// print as "<nil>" for the runtime, and the pod would be enrolled without
+// that address.
+func podNetworkResult(conf *Config) (*current.Result, error) {
+	if conf.PrevResult == nil {
+		return nil, errNoPrevResult
+	}
+	r, err := current.NewResultFromResult(conf.PrevResult)
+	if err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "meshlet-cni: prevResult: "+err.Error(), "")
+	}
 	for i, ip := range r.IPs {
 		if ip == nil || ip.Address.IP == nil {
-			return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("meshlet-cni: prevResult.ips[%d]: no address (the previous plugin's result is malformed)", i), "")
+			return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("meshlet-cni: prevResult.ips[%d]: no address (the previous plugin's result is malformed)", i), "")
 		}
 	}
-	return nil
+	return r, nil
 }
 
 // addresses are the pod's IPs in the previous result.

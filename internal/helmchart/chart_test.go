@@ -237,6 +237,7 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "config.dra-slots=129"}, []string{"/config/dra-slots"}},
 		{[]string{"--set", "config.excluded-namespaces={kube-system,Istio_System}"}, []string{"/config/excluded-namespaces/1"}},
 		{[]string{"--set", "config.denied-runtime-handlers=runsc\\,gVisor"}, []string{"/config/denied-runtime-handlers"}},
+		{[]string{"--set", "config.excluded-namespaces=-a"}, []string{"/config/excluded-namespaces"}},
 		{[]string{"--set", "config.ipv6=maybe"}, []string{"/config/ipv6"}},
 		{[]string{"--set", "config.enroll-timeout=soon"}, []string{"/config/enroll-timeout"}},
 		{[]string{"--set", "config.nri-plugin-index=7"}, []string{"/config/nri-plugin-index"}},

@@ -205,7 +205,13 @@ func TestDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = second.Stop() }) // when the test fails before the hand-over
+	// When the test fails before the hand-over; after it, second is
+	// m.meshlet, stopped by startMesh's cleanup once the pods are gone.
+	t.Cleanup(func() {
+		if m.meshlet != second {
+			_ = second.Stop()
+		}
+	})
 	waitMeshletLog(t, second, len(logAll), "Another meshlet serves this node")
 	// With its own socket names the second plugin registers beside the
 	// first and, being the newest, is sent the overlap pod's claim.

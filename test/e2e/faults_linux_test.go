@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,63 +11,107 @@ import (
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
-// TestKillDuringChurn: meshlet is killed (SIGKILL: no shutdown step runs)
-// at random moments, some inside a runtime hook, while mesh and plain pods
-// are created and removed; it is started again after a few pods have been
-// created without it. Throughout, an app container that the runtime starts
-// in a mesh pod finds the pod's redirection in place; after the last
-// restart the invariant holds for every pod still running, within a bound.
-// The seed is logged: a failure replays with MESHLET_FAULT_SEED.
-func TestKillDuringChurn(t *testing.T) {
+// fault is one way the node goes wrong during pod churn.
+type fault struct {
+	name string
+	// inject breaks the node; it runs while the runtime creates a pod
+	// (so some faults land inside meshlet's hook).
+	inject func(t *testing.T, m *mesh)
+	// recover brings the node back, three pods later.
+	recover func(t *testing.T, m *mesh)
+}
+
+var faults = []fault{
+	{
+		name:   "meshlet killed",
+		inject: func(_ *testing.T, m *mesh) { _ = m.meshlet.Kill() }, // SIGKILL: no shutdown step runs
+		recover: func(t *testing.T, m *mesh) {
+			m.zt.Stop()
+			m.startMeshlet()
+			m.connectZtunnel()
+			if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+	{
+		name: "containerd restarted",
+		inject: func(t *testing.T, _ *mesh) {
+			if err := theEnv(t).RestartContainerd(); err != nil {
+				t.Error(err)
+			}
+		},
+		// meshlet reconnects to the runtime by itself.
+		recover: func(t *testing.T, m *mesh) {
+			if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+	{
+		name:    "ztunnel gone",
+		inject:  func(_ *testing.T, m *mesh) { m.zt.Stop() },
+		recover: func(_ *testing.T, m *mesh) { m.connectZtunnel() },
+	},
+}
+
+// TestFaultsDuringChurn: while mesh and plain pods are created and
+// removed (60 per fault), the node is broken five times at a random
+// moment, some inside a runtime hook, and recovered three pods later.
+// Throughout, an app container that the runtime starts in a mesh pod finds
+// the pod's redirection in place; after the last recovery the invariant
+// holds for every pod still running, within a bound. The seed is logged:
+// MESHLET_FAULT_SEED replays a failure.
+func TestFaultsDuringChurn(t *testing.T) {
 	seed := faultSeed(t)
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) { churn(t, f, seed) })
+	}
+}
+
+func churn(t *testing.T, f fault, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	m := startMesh(t)
-	live := map[string]*pod{} // by sandbox id
-	mustMesh := map[string]bool{}
+	var live []*pod // in creation order: the seed replays the same removals
+	mustMesh := map[*pod]bool{}
 	const pods = 60
-	kills, refusedSandboxes, refusedApps := 0, 0, 0
-	down := false
-	restart := func() {
-		m.zt.Stop()
-		m.startMeshlet()
-		m.connectZtunnel()
-		if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
-			t.Fatal(err)
-		}
-		down = false
-	}
+	injected, refusedSandboxes, refusedApps := 0, 0, 0
+	broken := false
 	for i := range pods {
-		// meshlet comes back after three pods without it.
-		if down && i%12 == 8 {
-			restart()
+		if broken && i%12 == 8 {
+			f.recover(t, m)
+			broken = false
 		}
 		mesh := i%2 == 0
 		labels := map[string]string(nil)
 		if mesh {
 			labels = ambient
 		}
-		// Every 12th pod, meshlet dies while the runtime is (likely)
-		// inside its hook for that pod.
-		killed := make(chan struct{})
-		if i%12 == 5 && !down {
+		wasBroken := broken
+		done := make(chan struct{})
+		if i%12 == 5 && !broken {
 			delay := time.Duration(rng.IntN(4000)) * time.Microsecond
 			go func() {
-				defer close(killed)
+				defer close(done)
 				time.Sleep(delay)
-				_ = m.meshlet.Kill()
+				f.inject(t, m)
 			}()
-			kills++
-			down = true
+			injected++
+			broken = true
 		} else {
-			close(killed)
+			close(done)
 		}
 		p := &pod{spec: env.PodSpec{Name: fmt.Sprintf("churn-%d", i), Namespace: "app",
 			UID: fmt.Sprintf("churn-%d-%d", seed, i), Labels: labels}}
 		id, err := theEnv(t).RunPod(p.spec)
-		<-killed
+		<-done
 		if err != nil {
-			// A mesh pod meshlet could not enroll: the runtime refused
-			// its sandbox and the kubelet would retry.
+			// Refused: a mesh pod meshlet could not enroll, or the
+			// runtime away. The kubelet would retry. On a healthy node
+			// nothing is refused.
+			if !broken {
+				t.Errorf("pod %s refused on a healthy node: %v", p.spec.Name, err)
+			}
 			refusedSandboxes++
 			continue
 		}
@@ -75,47 +120,77 @@ func TestKillDuringChurn(t *testing.T) {
 		if p.info, err = theEnv(t).InspectPod(id); err != nil {
 			t.Fatal(err)
 		}
-		live[id] = p
-		mustMesh[id] = mesh
+		live = append(live, p)
+		mustMesh[p] = mesh
 		// The app container: if the runtime starts it in a mesh pod,
-		// the pod's redirection must be in place already.
-		if _, err := theEnv(t).StartContainer(id, p.spec, "app"); err != nil {
+		// the pod was enrolled first (ztunnel's Add, which follows the
+		// rules, is older than the container's start).
+		enrolledBefore := hasTable(p.info.NetnsPath)
+		if cid, err := theEnv(t).StartContainer(id, p.spec, "app"); err != nil {
 			refusedApps++
-		} else if mesh && !hasTable(p.info.NetnsPath) {
-			t.Errorf("pod %s: the app container started with no redirection in the pod (meshlet down: %t)", p.spec.Name, down)
+		} else if mesh && !enrolledBefore {
+			checkEnrolledBeforeStart(t, m, p, cid, wasBroken || broken)
 		}
-		// Some pods go: the oldest of each kind now and then.
-		if i%5 == 4 {
-			for gone := range live {
-				if rng.IntN(2) == 0 {
-					continue
-				}
-				if err := theEnv(t).StopPod(gone); err != nil {
-					t.Fatal(err)
-				}
-				if err := theEnv(t).RemovePod(gone); err != nil {
-					t.Fatal(err)
-				}
-				delete(live, gone)
-				delete(mustMesh, gone)
-				break
+		// Now and then a pod goes, picked by the seed.
+		if i%5 == 4 && len(live) > 0 {
+			k := rng.IntN(len(live))
+			gone := live[k]
+			if err := theEnv(t).StopPod(gone.id); err != nil {
+				t.Fatal(err)
 			}
+			if err := theEnv(t).RemovePod(gone.id); err != nil {
+				t.Fatal(err)
+			}
+			live = append(live[:k], live[k+1:]...)
+			delete(mustMesh, gone)
 		}
 	}
-	if down {
-		restart()
+	if broken {
+		f.recover(t, m)
 	}
 	var meshed, plain []*pod
-	for id, p := range live {
-		if mustMesh[id] {
+	for _, p := range live {
+		if mustMesh[p] {
 			meshed = append(meshed, p)
 		} else {
 			plain = append(plain, p)
 		}
 	}
 	took := m.waitInvariant(t, 15*time.Second, meshed, plain)
-	t.Logf("seed %d: %d pods, %d kills, %d sandboxes and %d app containers refused; %d mesh and %d plain pods running; invariant held %v after the last restart",
-		seed, pods, kills, refusedSandboxes, refusedApps, len(meshed), len(plain), took.Round(time.Millisecond))
+	t.Logf("%s: %d pods, %d faults, %d sandboxes and %d app containers refused; %d mesh and %d plain pods running; the invariant held %v after the last recovery",
+		f.name, pods, injected, refusedSandboxes, refusedApps, len(meshed), len(plain), took.Round(time.Millisecond))
+}
+
+// checkEnrolledBeforeStart fails unless ztunnel had the pod (an Add on
+// its current connection) before the runtime started container cid: the
+// pod's table was not there before StartContainer, so the enrollment the
+// runtime's hook waited for must predate the start.
+func checkEnrolledBeforeStart(t *testing.T, m *mesh, p *pod, cid string, broken bool) {
+	t.Helper()
+	out, err := theEnv(t).Crictl("inspect", "-o", "json", cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Status struct {
+			StartedAt json.RawMessage `json:"startedAt"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("crictl inspect %s: %v", cid, err)
+	}
+	started, err := criTime(v.Status.StartedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.zt != nil {
+		for _, r := range m.adds(p.spec.UID) {
+			if r.At.Before(started) {
+				return
+			}
+		}
+	}
+	t.Errorf("pod %s: its app container started at %v, before ztunnel had the pod (node broken: %t)", p.spec.Name, started, broken)
 }
 
 // faultSeed is MESHLET_FAULT_SEED, or a fresh one.

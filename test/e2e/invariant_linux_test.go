@@ -27,14 +27,17 @@ func (m *mesh) invariant(t testing.TB, meshed, plain []*pod) error {
 	var breaches []string
 	breach := func(format string, args ...any) { breaches = append(breaches, fmt.Sprintf(format, args...)) }
 
-	live := map[string]uint64{}
+	live := map[string]uint64{} // the latest Add's inode, of pods not deleted since
+	adds := map[string]int{}    // Adds since the pod's last Del
 	if m.zt != nil {
 		for _, r := range m.zt.Requests() {
 			switch r.Kind {
 			case zdstest.Add:
 				live[r.UID] = r.NetnsInode
+				adds[r.UID]++
 			case zdstest.Del:
 				delete(live, r.UID)
+				delete(adds, r.UID)
 			}
 		}
 	}
@@ -68,8 +71,8 @@ func (m *mesh) invariant(t testing.TB, meshed, plain []*pod) error {
 		if !hasTable(p.info.NetnsPath) {
 			breach("mesh pod %s: no meshlet table in its netns", p.spec.Name)
 		}
-		if got, ok := live[uid]; !ok || got != ino {
-			breach("mesh pod %s: ztunnel's live entry %d (present %t), want netns inode %d", p.spec.Name, got, ok, ino)
+		if got, ok := live[uid]; !ok || got != ino || adds[uid] != 1 {
+			breach("mesh pod %s: ztunnel's live entry %d from %d Adds (present %t), want one with netns inode %d", p.spec.Name, got, adds[uid], ok, ino)
 		}
 		if !strings.Contains(snat, p.info.IP+",") && !strings.Contains(snat, p.info.IP+" ") {
 			breach("mesh pod %s: %s not in the node's probe SNAT set", p.spec.Name, p.info.IP)
