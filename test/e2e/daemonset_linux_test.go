@@ -456,27 +456,33 @@ func appStarted(t testing.TB, p *corev1.Pod) time.Time {
 	}
 	var first time.Time
 	for _, id := range strings.Fields(ids) {
-		out, err := theEnv(t).Crictl("inspect", "-o", "json", id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v struct {
-			Status struct {
-				StartedAt json.RawMessage `json:"startedAt"`
-			} `json:"status"`
-		}
-		if err := json.Unmarshal([]byte(out), &v); err != nil {
-			t.Fatalf("crictl inspect %s: %v", id, err)
-		}
-		at, err := criTime(v.Status.StartedAt)
-		if err != nil {
-			t.Fatalf("crictl inspect %s: startedAt %s: %v", id, v.Status.StartedAt, err)
-		}
-		if first.IsZero() || at.Before(first) {
+		if at := containerStarted(t, id); first.IsZero() || at.Before(first) {
 			first = at
 		}
 	}
 	return first
+}
+
+// containerStarted is when the runtime started container id.
+func containerStarted(t testing.TB, id string) time.Time {
+	t.Helper()
+	out, err := theEnv(t).Crictl("inspect", "-o", "json", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Status struct {
+			StartedAt json.RawMessage `json:"startedAt"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("crictl inspect %s: %v", id, err)
+	}
+	at, err := criTime(v.Status.StartedAt)
+	if err != nil {
+		t.Fatalf("crictl inspect %s: startedAt %s: %v", id, v.Status.StartedAt, err)
+	}
+	return at
 }
 
 // criTime reads a CRI timestamp as crictl prints it: RFC 3339 text, or

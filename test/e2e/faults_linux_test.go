@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -167,22 +166,7 @@ func churn(t *testing.T, f fault, seed uint64) {
 // runtime's hook waited for must predate the start.
 func checkEnrolledBeforeStart(t *testing.T, m *mesh, p *pod, cid string, broken bool) {
 	t.Helper()
-	out, err := theEnv(t).Crictl("inspect", "-o", "json", cid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v struct {
-		Status struct {
-			StartedAt json.RawMessage `json:"startedAt"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("crictl inspect %s: %v", cid, err)
-	}
-	started, err := criTime(v.Status.StartedAt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	started := containerStarted(t, cid)
 	if m.zt != nil {
 		for _, r := range m.adds(p.spec.UID) {
 			if r.At.Before(started) {
