@@ -200,6 +200,7 @@ func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
 // StopPodSandbox releases the pod. It never fails: a stop must not be held
 // up by the mesh.
 func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	klog.FromContext(ctx).V(2).Info("Pod sandbox stopping", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "podUID", sb.GetUid(), "sandbox", sb.GetId())
 	if err := p.core.Release(ctx, sb.GetUid()); err != nil {
 		klog.FromContext(ctx).Error(err, "Release reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	}
@@ -208,6 +209,7 @@ func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 
 // RemovePodSandbox forgets the pod.
 func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error {
+	klog.FromContext(ctx).V(2).Info("Pod sandbox removed", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "podUID", sb.GetUid(), "sandbox", sb.GetId())
 	if err := p.core.Forget(ctx, sb.GetUid()); err != nil {
 		klog.FromContext(ctx).Error(err, "Forget reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	}
