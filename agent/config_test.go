@@ -87,6 +87,7 @@ func TestValidateNamesFlag(t *testing.T) {
 		{"--nri-plugin-index=a1", "--nri-plugin-index"},
 		{"--enroll-timeout=2s", "--enroll-timeout"},
 		{"--enroll-timeout=0s", "--enroll-timeout"},
+		{"--cri-resync-interval=500ms", "--cri-resync-interval"},
 		{"--health-addr=9880", "--health-addr"},
 		{"--cni-conf-dir=etc/cni/net.d", "--cni-conf-dir"},
 		{"--cni-bin-dir=", "--cni-bin-dir"},

@@ -19,6 +19,7 @@ type metrics struct {
 	enrollDuration   prometheus.Histogram
 	enrollFailures   *prometheus.CounterVec
 	lateEnrollments  prometheus.Counter
+	missedRemovals   prometheus.Counter
 	runtimeConnected prometheus.Gauge
 	mode             *prometheus.GaugeVec
 	cniReasserts     prometheus.Counter
@@ -46,6 +47,10 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 			Name: "meshlet_late_enrollments_total",
 			Help: "Pods enrolled after they started: they started while meshlet was away (or, in CNI mode, out of the CNI chain).",
 		}),
+		missedRemovals: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_missed_removals_total",
+			Help: "Pods forgotten because the runtime's pod list no longer shows them: their removal (NRI stop and remove, or a CNI DEL) never reached meshlet.",
+		}),
 		runtimeConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshlet_runtime_connected",
 			Help: "1 while new pods reach meshlet: the NRI connection is up and synchronized, or (CNI mode) meshlet-cni is chained and served.",
@@ -59,7 +64,7 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 			Help: "CNI mode: times meshlet-cni was put back into the CNI chain after something rewrote the conflist.",
 		}),
 	}
-	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.runtimeConnected, m.mode, m.cniReasserts,
+	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.missedRemovals, m.runtimeConnected, m.mode, m.cniReasserts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_enrolled_pods",
 			Help: "Pods currently enrolled in the mesh on this node.",
@@ -111,6 +116,8 @@ func (m *metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
 }
 
 func (m *metrics) LateEnrolled(n int) { m.lateEnrollments.Add(float64(n)) }
+
+func (m *metrics) MissedRemovals(n int) { m.missedRemovals.Add(float64(n)) }
 
 func (m *metrics) Connected(c bool) {
 	if c {

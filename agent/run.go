@@ -177,7 +177,8 @@ func Run(ctx context.Context, cfg Config) error {
 					logger.Error(err, "Cleaning node-side state of pods removed while meshlet was away")
 				}
 			}
-			return nriplugin.New(nriCfg, core, m), nil
+			plugin := nriplugin.New(nriCfg, core, m)
+			return nriSource{Plugin: plugin, sweep: newRemovalSweep(core, plugin, m, cfg)}, nil
 		}}
 	if driver != nil {
 		driver.Lead(draplugin.Node{State: nodeState(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,

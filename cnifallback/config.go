@@ -1,7 +1,6 @@
 package cnifallback
 
 import (
-	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -54,8 +53,8 @@ func (c *Config) Validate() error {
 	if c.PluginBinary != "" && !filepath.IsAbs(c.PluginBinary) {
 		return fmt.Errorf("--cni-plugin-binary=%q: want an absolute path", c.PluginBinary)
 	}
-	if c.ResyncInterval <= 0 {
-		return errors.New("the CRI resync interval must be positive")
+	if c.ResyncInterval < time.Second {
+		return fmt.Errorf("--cri-resync-interval=%v: want at least 1s", c.ResyncInterval)
 	}
 	return nil
 }

@@ -51,6 +51,9 @@ var _ Lister = (*cri.Lister)(nil)
 type Metrics interface {
 	Enrolled(pod enroll.PodRef, d time.Duration, err error)
 	LateEnrolled(n int)
+	// MissedRemovals counts pods forgotten because the runtime's listings
+	// no longer show them: their DEL never reached the agent.
+	MissedRemovals(n int)
 	Connected(bool)
 }
 
@@ -84,18 +87,18 @@ type Fallback struct {
 	// taken while their sandbox was still stopping must not enroll them
 	// again.
 	deleted map[string]time.Time
-	// missing holds known pods absent from the listings since the time
-	// given (when the first listing that missed them began). A pod is
+	// absences tracks known pods missing from the listings. A pod is
 	// forgotten only once it has been missing for missingGrace, because a
 	// pod whose ADD finished is listed only once its sandbox is ready,
 	// which can take a while (an image pull for its pause container).
-	missing map[string]time.Time
+	absences *cri.Absences
 }
 
 // New returns CNI mode over deps.
 func New(cfg Config, deps Deps) *Fallback {
-	return &Fallback{cfg: cfg, deps: deps, trigger: make(chan struct{}, 1),
-		deleted: map[string]time.Time{}, missing: map[string]time.Time{}}
+	f := &Fallback{cfg: cfg, deps: deps, trigger: make(chan struct{}, 1), deleted: map[string]time.Time{}}
+	f.absences = cri.NewAbsences(f.missingGrace())
+	return f
 }
 
 // Connected is true while new pods are enrolled: meshlet-cni is chained in

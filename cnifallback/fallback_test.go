@@ -123,17 +123,19 @@ func pods(uids ...string) *fakeList {
 }
 
 type fakeMetrics struct {
-	mu   sync.Mutex
-	late int
+	mu           sync.Mutex
+	late, missed int
 }
 
 func (m *fakeMetrics) Enrolled(enroll.PodRef, time.Duration, error) {}
 func (m *fakeMetrics) LateEnrolled(n int)                           { m.mu.Lock(); m.late += n; m.mu.Unlock() }
+func (m *fakeMetrics) MissedRemovals(n int)                         { m.mu.Lock(); m.missed += n; m.mu.Unlock() }
 func (m *fakeMetrics) Connected(bool)                               {}
 
 func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 	core := newFakeCore("a", "b")
-	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
+	m := &fakeMetrics{}
+	f := New(DefaultConfig(), Deps{Core: core, Metrics: m})
 	grace := f.missingGrace()
 	ctx := context.Background()
 	t0 := time.Now()
@@ -148,6 +150,9 @@ func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 	f.resync(ctx, pods("a"), t0.Add(grace))
 	if !slices.Equal(core.forgotten, []string{"b"}) {
 		t.Fatalf("forgotten %v after b was missing for %v, want [b]", core.forgotten, grace)
+	}
+	if m.missed != 1 {
+		t.Fatalf("missed removals counted %d, want 1 (b)", m.missed)
 	}
 
 	// Listed again in between: the count starts over.

@@ -130,10 +130,7 @@ func (f *Fallback) resyncLoop(ctx context.Context, lister Lister) {
 // missing nor enrolled.
 func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	logger := klog.FromContext(ctx)
-	before := map[string]enroll.PodStatus{}
-	for _, p := range f.deps.Core.Pods() {
-		before[p.UID] = p
-	}
+	known := f.deps.Core.Pods()
 	pods, unreadable, err := list(ctx, lister)
 	if err != nil {
 		logger.Error(err, "Listing the runtime's pods", "unreadablePodUIDs", unreadable)
@@ -141,32 +138,20 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 			return
 		}
 	}
-	present := make(map[string]bool, len(pods)+len(unreadable))
+	listed := make(map[string]bool, len(pods)+len(unreadable))
 	for _, p := range pods {
-		present[p.UID] = true
+		listed[p.UID] = true
 	}
 	for _, uid := range unreadable {
-		present[uid] = true
+		listed[uid] = true
+	}
+	before := make(map[string]enroll.PodStatus, len(known))
+	for _, st := range known {
+		before[st.UID] = st
 	}
 
 	f.mu.Lock()
-	var gone []string
-	missing := map[string]time.Time{}
-	for uid, st := range before {
-		if present[uid] {
-			continue
-		}
-		since, ok := f.missing[uid]
-		if !ok || st.Since.After(since) {
-			since = now // newly missing, or the pod changed since: start over
-		}
-		if now.Sub(since) >= f.missingGrace() {
-			gone = append(gone, uid)
-			continue
-		}
-		missing[uid] = since
-	}
-	f.missing = missing
+	gone := f.absences.Observe(now, known, listed)
 	for uid, at := range f.deleted {
 		if now.Sub(at) > deletedTTL {
 			delete(f.deleted, uid)
@@ -184,10 +169,14 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	f.mu.Unlock()
 
 	for _, uid := range gone {
-		logger.Info("Forgetting a pod the runtime no longer runs (its CNI DEL did not reach meshlet)", "podUID", uid)
+		pod := klog.KRef(before[uid].Namespace, before[uid].Name)
+		logger.Info("Forgetting a pod the runtime no longer runs (its CNI DEL did not reach meshlet)", "pod", pod, "podUID", uid)
 		if err := f.deps.Core.Forget(ctx, uid); err != nil {
-			logger.Error(err, "Forgetting a removed pod", "podUID", uid)
+			logger.Error(err, "Forgetting a removed pod", "pod", pod, "podUID", uid)
 		}
+	}
+	if len(gone) > 0 {
+		f.deps.Metrics.MissedRemovals(len(gone))
 	}
 	late := 0
 	for _, p := range retry {

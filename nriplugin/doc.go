@@ -8,7 +8,9 @@
 //     unmeshed). A pod that must be meshed and cannot be fails the sandbox;
 //     kubelet retries.
 //   - StopPodSandbox: Release (never enters the netns; on CRI-O it is gone).
-//   - RemovePodSandbox: Forget.
+//   - RemovePodSandbox: Forget. The runtime does not always send the stop
+//     and removal (containerd after its own restart): the daemon also
+//     lists the runtime's pods over CRI and forgets pods gone unreported.
 //   - Synchronize (on every connect): Reconcile with the running pods; pods
 //     started while meshlet was away are enrolled late, and counted.
 //   - CreateContainer: a gate that refuses an app container of a pod that

@@ -70,11 +70,21 @@ type Plugin struct {
 	core      Core
 	metrics   Metrics
 	connected atomic.Bool
+	runtime   atomic.Pointer[[2]string] // name and version, from the last Configure
 }
 
 // New returns a plugin driving core.
 func New(cfg Config, core Core, metrics Metrics) *Plugin {
 	return &Plugin{cfg: cfg, core: core, metrics: metrics}
+}
+
+// Runtime names the runtime the plugin last connected to ("" before the
+// first connection).
+func (p *Plugin) Runtime() (name, version string) {
+	if r := p.runtime.Load(); r != nil {
+		return r[0], r[1]
+	}
+	return "", ""
 }
 
 // Connected reports whether the runtime connection is up and synchronized.
@@ -130,6 +140,7 @@ func (p *Plugin) setConnected(c bool) {
 // Configure subscribes to the events the plugin handles.
 func (p *Plugin) Configure(ctx context.Context, _, runtime, version string) (api.EventMask, error) {
 	klog.FromContext(ctx).Info("Connected to runtime", "runtime", runtime, "version", version)
+	p.runtime.Store(&[2]string{runtime, version})
 	return api.MustParseEventMask("RunPodSandbox,StopPodSandbox,RemovePodSandbox,CreateContainer"), nil
 }
 

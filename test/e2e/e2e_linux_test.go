@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -345,9 +346,10 @@ func TestMeshletRestart(t *testing.T) {
 }
 
 // TestContainerdRestart: meshlet reconnects to a restarted runtime and
-// keeps enrolling.
+// keeps enrolling; a pod from before the restart is released when it goes,
+// although containerd does not tell NRI plugins of its stop and removal.
 func TestContainerdRestart(t *testing.T) {
-	m := startMesh(t)
+	m := startMesh(t, "--standalone", "--cri-resync-interval=1s")
 	before := runPod(t, "app", ambient, false)
 	if err := theEnv(t).RestartContainerd(); err != nil {
 		t.Fatal(err)
@@ -361,6 +363,44 @@ func TestContainerdRestart(t *testing.T) {
 	}
 	if n := len(m.adds(before.spec.UID)); n != 1 {
 		t.Fatalf("pod from before the restart was added %d times, want 1 (unchanged netns)", n)
+	}
+
+	if err := theEnv(t).StopPod(before.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := theEnv(t).RemovePod(before.id); err != nil {
+		t.Fatal(err)
+	}
+	m.waitFor("ztunnel's Del of the pod removed after the restart", func(rs []*zdstest.Request) bool {
+		for _, r := range rs {
+			if r.Kind == zdstest.Del && r.UID == before.spec.UID {
+				return true
+			}
+		}
+		return false
+	})
+	// containerd 2.4.2 sends no StopPodSandbox for it: the CRI listing
+	// found the removal. Should a runtime report it, the Del came from
+	// the report and nothing was missed.
+	log, err := os.ReadFile(m.meshlet.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reported := false
+	for line := range strings.Lines(string(log)) {
+		reported = reported || strings.Contains(line, `"Pod sandbox stopping"`) && strings.Contains(line, `podUID="`+before.spec.UID+`"`)
+	}
+	if missed := m.metric("meshlet_missed_removals_total"); reported != (missed == 0) {
+		t.Fatalf("the runtime reported the removal: %v, yet meshlet_missed_removals_total is %v", reported, missed)
+	}
+	t.Logf("the runtime reported the removal of a pod from before its restart: %v", reported)
+	if n := len(m.adds(after.spec.UID)); n != 1 || !hasRules(t, after.info.NetnsPath) {
+		t.Fatalf("the pod still running was touched by the sweep: %d Adds, rules %v", n, hasRules(t, after.info.NetnsPath))
+	}
+	for _, r := range m.zt.Requests() {
+		if r.Kind == zdstest.Del && r.UID == after.spec.UID {
+			t.Fatal("the sweep took the running pod for gone: ztunnel got its Del")
+		}
 	}
 }
 

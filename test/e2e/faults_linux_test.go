@@ -35,6 +35,23 @@ var faults = []fault{
 		},
 	},
 	{
+		// containerd sends no stop or removal to NRI plugins for a sandbox
+		// that was running when it restarted: meshlet learns of those
+		// removals from its CRI listings.
+		name: "containerd restarted",
+		inject: func(t *testing.T, _ *mesh) {
+			if err := theEnv(t).RestartContainerd(); err != nil {
+				t.Error(err)
+			}
+		},
+		// meshlet reconnects to the runtime by itself.
+		recover: func(t *testing.T, m *mesh) {
+			if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+	{
 		name:    "ztunnel gone",
 		inject:  func(_ *testing.T, m *mesh) { m.zt.Stop() },
 		recover: func(_ *testing.T, m *mesh) { m.connectZtunnel() },
@@ -57,7 +74,8 @@ func TestFaultsDuringChurn(t *testing.T) {
 
 func churn(t *testing.T, f fault, seed uint64, k int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
-	m := startMesh(t)
+	// Removals the runtime does not report are found within seconds.
+	m := startMesh(t, "--standalone", "--cri-resync-interval=1s")
 	var live []*pod // in creation order: the seed replays the same removals
 	mustMesh := map[*pod]bool{}
 	const pods = 60
