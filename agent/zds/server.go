@@ -148,6 +148,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.wg.Wait()
 			return fmt.Errorf("zds: accept: %w", err)
 		}
+		// A peer that is not root is not ztunnel: it would receive every
+		// pod's network namespace.
+		if err := unixsock.PeerIsRoot(uc); err != nil {
+			logger.Info("Refused a ztunnel connection", "reason", err)
+			_ = uc.Close()
+			continue
+		}
 		s.mu.Lock()
 		s.nextID++
 		c := newConn(uc, s.nextID, s.cfg.AckTimeout, logger)

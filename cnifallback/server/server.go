@@ -91,7 +91,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("cni server: accept: %w", err)
 		}
-		if err := peerIsRoot(conn); err != nil {
+		if err := unixsock.PeerIsRoot(conn); err != nil {
 			logger.Info("Refused a CNI connection", "reason", err)
 			conn.Close()
 			continue

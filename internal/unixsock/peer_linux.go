@@ -1,4 +1,4 @@
-package server
+package unixsock
 
 import (
 	"fmt"
@@ -7,9 +7,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// peerIsRoot checks the connecting process's credentials (SO_PEERCRED):
-// only root, as the runtime runs CNI plugins, may ask for enrollments.
-func peerIsRoot(conn *net.UnixConn) error {
+// PeerIsRoot checks the connecting process's credentials (SO_PEERCRED,
+// taken by the kernel at connect): meshlet's sockets serve root only (the
+// runtime runs CNI plugins as root, ztunnel runs as root), whatever the
+// socket file's mode lets in.
+func PeerIsRoot(conn *net.UnixConn) error {
 	raw, err := conn.SyscallConn()
 	if err != nil {
 		return err

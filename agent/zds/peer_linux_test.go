@@ -1,0 +1,67 @@
+package zds_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// childEnv makes the test binary act as a ztunnel that connects to the
+// socket it names and reports whether it got the snapshot (for the
+// non-root peer test).
+const childEnv = "MESHLET_TEST_ZDS_CHILD_SOCKET"
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(childEnv); path != "" {
+		c, err := zdstest.Dial(path)
+		if err == nil {
+			_, err = c.ReadSnapshot(2 * time.Second)
+		}
+		fmt.Println("child:", err)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestNonRootPeerRefused: a process that is not root is closed before it
+// gets the snapshot (every pod's network namespace), even when the
+// socket's mode lets it connect; ztunnel, as root, is served after it.
+func TestNonRootPeerRefused(t *testing.T) {
+	privtest.RequireRoot(t)
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Fatalf("setpriv (util-linux) runs the client as another user: %v", err)
+	}
+	s := startServer(t, zds.Config{SocketMode: 0o666})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Dir(s.Addr()), filepath.Dir(exe)} {
+		if err := os.Chmod(dir, 0o755); err != nil { // temporary directories are 0700
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", exe)
+	cmd.Env = append(os.Environ(), childEnv+"="+s.Addr())
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "child: ") || strings.Contains(string(out), "child: <nil>") {
+		t.Fatalf("the non-root peer got: %s; want the connection closed before the snapshot", out)
+	}
+	if n := s.Connections(); n != 0 {
+		t.Fatalf("%d ztunnel connections after a non-root peer, want 0", n)
+	}
+	connect(t, s)
+	waitConns(t, s, 1)
+}
