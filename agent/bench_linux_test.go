@@ -62,7 +62,7 @@ func BenchmarkEnrollSerial(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer redir.Close()
-	opener, err := newNetnsOpener(rcfg.HostNetnsFd)
+	opener, err := newNetnsOpener(rcfg.HostNetnsFd, false)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -79,8 +79,9 @@ func BenchmarkEnrollSerial(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		b.StopTimer()
+		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
 		p := enroll.Pod{UID: fmt.Sprintf("uid-%d", i), Name: fmt.Sprintf("p-%d", i), Namespace: "app", Labels: ambient,
-			NetnsPath: netnstest.New(b), IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})}}
+			NetnsPath: netnstest.NewWithAddrs(b, ip), IPs: []netip.Addr{ip}}
 		b.StartTimer()
 		start := time.Now()
 		if _, err := core.Enroll(ctx, p); err != nil {

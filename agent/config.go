@@ -88,6 +88,9 @@ type Config struct {
 	// UnmeshOnUninstall takes every pod out of the mesh (ztunnel Del,
 	// in-pod rules removed) when meshlet's DaemonSet is deleted.
 	UnmeshOnUninstall bool
+	// SkipPodIPCheck enrolls a pod whose network namespace does not hold
+	// its IPs, for a CNI that keeps them elsewhere.
+	SkipPodIPCheck bool
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
@@ -135,6 +138,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PodName, "pod-name", c.PodName, "meshlet's own pod name (DaemonSet: downward API metadata.name); a stop removes meshlet's state from the node (meshlet-cni, node rules, state files, ResourceSlices) only when this pod's DaemonSet is deleted")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "meshlet's own pod namespace (DaemonSet: downward API metadata.namespace)")
 	fs.BoolVar(&c.UnmeshOnUninstall, "unmesh-on-uninstall", c.UnmeshOnUninstall, "when meshlet's DaemonSet is deleted (needs --pod-name), take every pod out of the mesh before exiting: ztunnel Del, in-pod rules removed (default: running pods keep their rules until they stop)")
+	fs.BoolVar(&c.SkipPodIPCheck, "skip-pod-ip-check", c.SkipPodIPCheck, "enroll a mesh pod even when its network namespace does not hold the IPs the runtime reports (by default such a pod is refused: the runtime named the wrong namespace); only for a CNI that keeps pod IPs outside the pod's namespace")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -85,7 +86,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer redir.Close()
-	opener, err := newNetnsOpener(rcfg.HostNetnsFd)
+	opener, err := newNetnsOpener(rcfg.HostNetnsFd, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,9 +99,9 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
 	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
 	pods := []enroll.Pod{
-		{UID: "uid-a", Name: "a", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t), IPs: ip("192.0.2.10")},
-		{UID: "uid-b", Name: "b", Namespace: "app", Labels: ambient, NetnsPath: netnstest.New(t), IPs: ip("192.0.2.11")},
-		{UID: "uid-plain", Name: "plain", Namespace: "app", NetnsPath: netnstest.New(t), IPs: ip("192.0.2.12")},
+		{UID: "uid-a", Name: "a", Namespace: "app", Labels: ambient, NetnsPath: netnstest.NewWithAddrs(t, ip("192.0.2.10")...), IPs: ip("192.0.2.10")},
+		{UID: "uid-b", Name: "b", Namespace: "app", Labels: ambient, NetnsPath: netnstest.NewWithAddrs(t, ip("192.0.2.11")...), IPs: ip("192.0.2.11")},
+		{UID: "uid-plain", Name: "plain", Namespace: "app", NetnsPath: netnstest.NewWithAddrs(t, ip("192.0.2.12")...), IPs: ip("192.0.2.12")},
 	}
 
 	// No ztunnel yet: a mesh pod must not be reported enrolled.
@@ -157,6 +158,22 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 	if got := nodeSNATSet(t, node); !strings.Contains(got, "192.0.2.10") || !strings.Contains(got, "192.0.2.11") || strings.Contains(got, "192.0.2.12") {
 		t.Errorf("node probe SNAT set does not hold exactly the mesh pods:\n%s", got)
+	}
+
+	// A sandbox whose namespace does not hold the pod's IP (a runtime or
+	// CNI fault) is refused before anything is programmed.
+	misplaced := enroll.Pod{UID: "uid-misplaced", Name: "misplaced", Namespace: "app", Labels: ambient,
+		NetnsPath: netnstest.NewWithAddrs(t, ip("192.0.2.20")...), IPs: ip("192.0.2.13")}
+	_, err = core.Enroll(ctx, misplaced)
+	if enroll.FailedStep(err) != enroll.StepNetns || !errors.Is(err, netns.ErrAddrsMissing) || !strings.Contains(err.Error(), "192.0.2.13") {
+		t.Fatalf("Enroll of a pod whose namespace lacks its IP = %v; want a netns failure naming 192.0.2.13", err)
+	}
+	if _, added := zdstest.AddedInodes(zt.Requests())[misplaced.UID]; added || hasMeshletTable(t, misplaced.NetnsPath) ||
+		strings.Contains(nodeSNATSet(t, node), "192.0.2.13") || podFds(t, []enroll.Pod{misplaced}) != 0 {
+		t.Fatal("the refused pod left something behind: a ztunnel Add, its table, a node SNAT entry or an open namespace")
+	}
+	if err := core.Forget(ctx, misplaced.UID); err != nil {
+		t.Fatal(err)
 	}
 
 	// ztunnel restarts: the new connection is replayed both pods.

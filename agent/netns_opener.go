@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
 
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -18,6 +19,9 @@ import (
 // runtime bug, must fail that pod, not the node.
 type netnsOpener struct {
 	node uint64 // the node's netns inode
+	// anyIPs hands out namespaces whose HoldsAddrs accepts any address
+	// (--skip-pod-ip-check).
+	anyIPs bool
 }
 
 var (
@@ -31,20 +35,20 @@ var errNodeNetns = errors.New("it is the node's own network namespace: a pod's r
 // newNetnsOpener identifies the node's network namespace: the one at
 // hostNetnsFd (redirect.Config.HostNetnsFd), or meshlet's own when it is
 // -1 (the DaemonSet runs on the host network).
-func newNetnsOpener(hostNetnsFd int) (netnsOpener, error) {
+func newNetnsOpener(hostNetnsFd int, skipPodIPCheck bool) (netnsOpener, error) {
 	if hostNetnsFd >= 0 {
 		inode, err := netns.Identify(hostNetnsFd)
 		if err != nil {
 			return netnsOpener{}, fmt.Errorf("the node's network namespace: %w", err)
 		}
-		return netnsOpener{node: inode}, nil
+		return netnsOpener{node: inode, anyIPs: skipPodIPCheck}, nil
 	}
 	h, err := netns.Open("/proc/self/ns/net")
 	if err != nil {
 		return netnsOpener{}, fmt.Errorf("the node's network namespace: %w", err)
 	}
 	defer h.Close()
-	return netnsOpener{node: h.Inode()}, nil
+	return netnsOpener{node: h.Inode(), anyIPs: skipPodIPCheck}, nil
 }
 
 func (o netnsOpener) Open(path string) (enroll.Netns, error) {
@@ -59,5 +63,14 @@ func (o netnsOpener) Open(path string) (enroll.Netns, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("netns %s (inode %d): %w", path, h.Inode(), errNodeNetns)
 	}
+	if o.anyIPs {
+		return anyIPsNetns{h}, nil
+	}
 	return h, nil
 }
+
+// anyIPsNetns is a namespace taken to hold whatever IPs the runtime
+// reports (--skip-pod-ip-check).
+type anyIPsNetns struct{ *netns.Handle }
+
+func (anyIPsNetns) HoldsAddrs([]netip.Addr) error { return nil }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 	privtest.RequireRoot(t)
 	pod := netnstest.New(t)
 
-	own, err := newNetnsOpener(-1)
+	own, err := newNetnsOpener(-1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	other, err := newNetnsOpener(netnstest.Fd(t, node))
+	other, err := newNetnsOpener(netnstest.Fd(t, node), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,6 +56,29 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 	for _, bad := range []string{"var/run/netns/p", "/var/run/netns/../../proc/1/ns/net", "/var/run//netns/p", "/var/run/netns/./p", ""} {
 		if _, err := own.Open(bad); err == nil || !strings.Contains(err.Error(), "absolute path") {
 			t.Errorf("netns path %q: %v, want it refused as not a clean absolute path", bad, err)
+		}
+	}
+}
+
+// TestSkipPodIPCheck: by default a namespace must hold the pod's IPs;
+// with --skip-pod-ip-check any namespace is taken to.
+func TestSkipPodIPCheck(t *testing.T) {
+	privtest.RequireRoot(t)
+	pod := netnstest.New(t) // no addresses
+	ips := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+	for _, skip := range []bool{false, true} {
+		o, err := newNetnsOpener(-1, skip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := o.Open(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = h.HoldsAddrs(ips)
+		_ = h.Close()
+		if skip != (err == nil) {
+			t.Errorf("--skip-pod-ip-check=%v: HoldsAddrs on a namespace without the pod's IP = %v", skip, err)
 		}
 	}
 }

@@ -147,7 +147,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if driver != nil {
 		reporters = append(reporters, driver)
 	}
-	opener, err := newNetnsOpener(cfg.Redirect.HostNetnsFd)
+	opener, err := newNetnsOpener(cfg.Redirect.HostNetnsFd, cfg.SkipPodIPCheck)
 	if err != nil {
 		return err
 	}

@@ -463,6 +463,13 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		_ = ns.Close()
 		return Result{Enrolled: true, Reason: d.Reason}, nil
 	}
+	// A namespace without the pod's IPs is not the pod's (a runtime or
+	// CNI fault): rules there would capture some other traffic, and
+	// ztunnel would serve the pod's identity on the wrong addresses.
+	if err := ns.HoldsAddrs(pod.IPs); err != nil {
+		_ = ns.Close()
+		return c.fail(ctx, s, StepNetns, err)
+	}
 	if err := outOfTime(ctx, h); err != nil {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepRedirect, err)

@@ -117,6 +117,10 @@ func TestEnrollRollback(t *testing.T) {
 		{"resolve fails", func(h *harness, p *Pod) { h.resolver.err = boom }, StepResolve, nil, nil},
 		{"netns missing", func(h *harness, p *Pod) { p.NetnsPath = "/netns/gone" }, StepNetns, nil, nil},
 		{"no netns path", func(h *harness, p *Pod) { p.NetnsPath = "" }, StepNetns, nil, nil},
+		{"netns without the pod's IPs", func(h *harness, p *Pod) {
+			p.IPs = []netip.Addr{netip.MustParseAddr("192.0.2.10")}
+			h.opener.withoutIPs = map[string]bool{p.NetnsPath: true}
+		}, StepNetns, nil, nil},
 		{"redirect fails", func(h *harness, p *Pod) { h.redir.failApply = boom }, StepRedirect,
 			[]string{"apply a inode=100 dns=true"}, nil},
 		{"ztunnel fails", func(h *harness, p *Pod) { h.proxy.failAdd = boom }, StepProxy,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 )
@@ -81,10 +82,11 @@ func (f fixedSettings) PodSettings(*Pod, PodInfo) (SettingsOverride, []string) {
 }
 
 type fakeNetns struct {
-	inode  uint64
-	opener *fakeOpener
-	once   sync.Once
-	closed atomic.Bool
+	inode      uint64
+	withoutIPs bool // the pod's IPs are not in it
+	opener     *fakeOpener
+	once       sync.Once
+	closed     atomic.Bool
 }
 
 func (n *fakeNetns) Inode() uint64 { return n.inode }
@@ -96,6 +98,13 @@ func (n *fakeNetns) WithFd(fn func(int) error) error {
 		return errors.New("netns used after Close")
 	}
 	return fn(int(n.inode))
+}
+
+func (n *fakeNetns) HoldsAddrs(ips []netip.Addr) error {
+	if n.withoutIPs && len(ips) > 0 {
+		return fmt.Errorf("netns inode %d: %v not assigned", n.inode, ips)
+	}
+	return nil
 }
 
 func (n *fakeNetns) Close() error {
@@ -112,9 +121,10 @@ func (n *fakeNetns) Close() error {
 }
 
 type fakeOpener struct {
-	mu     sync.Mutex
-	inodes map[string]uint64 // path → inode; missing path: ENOENT
-	open   int
+	mu         sync.Mutex
+	inodes     map[string]uint64 // path → inode; missing path: ENOENT
+	withoutIPs map[string]bool   // namespaces that do not hold their pod's IPs
+	open       int
 }
 
 func (o *fakeOpener) Open(path string) (Netns, error) {
@@ -125,7 +135,7 @@ func (o *fakeOpener) Open(path string) (Netns, error) {
 		return nil, fmt.Errorf("open %s: no such file or directory", path)
 	}
 	o.open++
-	return &fakeNetns{inode: ino, opener: o}, nil
+	return &fakeNetns{inode: ino, withoutIPs: o.withoutIPs[path], opener: o}, nil
 }
 
 func (o *fakeOpener) set(path string, inode uint64) {

@@ -1,6 +1,9 @@
 package enroll
 
-import "context"
+import (
+	"context"
+	"net/netip"
+)
 
 // The ports below are declared where they are consumed. Adapters implement
 // them; tests use small fakes.
@@ -39,6 +42,9 @@ type Netns interface {
 	// WithFd calls fn with the namespace's file descriptor, which stays
 	// open until fn returns; after Close it fails without calling fn.
 	WithFd(fn func(fd int) error) error
+	// HoldsAddrs fails unless every address is assigned to an interface
+	// in the namespace.
+	HoldsAddrs(ips []netip.Addr) error
 	Close() error
 }
 

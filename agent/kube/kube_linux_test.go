@@ -3,6 +3,7 @@ package kube_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -113,6 +114,7 @@ type fakeNetns struct{ ino uint64 }
 
 func (n fakeNetns) Inode() uint64                      { return n.ino }
 func (n fakeNetns) WithFd(fn func(fd int) error) error { return fn(0) }
+func (n fakeNetns) HoldsAddrs([]netip.Addr) error      { return nil }
 func (n fakeNetns) Close() error                       { return nil }
 
 type fakePorts struct {

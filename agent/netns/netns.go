@@ -9,6 +9,11 @@ import (
 // ErrNotNetns is returned when a path exists but is not a network namespace.
 var ErrNotNetns = errors.New("not a network namespace")
 
+// ErrAddrsMissing is returned when a namespace does not hold addresses it
+// should: the runtime's network namespace for a pod is not the one its IPs
+// were set up in.
+var ErrAddrsMissing = errors.New("the pod's IPs are not on any of its interfaces")
+
 // ErrClosed is returned by operations on a closed Handle.
 var ErrClosed = errors.New("netns handle closed")
 

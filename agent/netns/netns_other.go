@@ -2,7 +2,10 @@
 
 package netns
 
-import "errors"
+import (
+	"errors"
+	"net/netip"
+)
 
 var errUnsupported = errors.New("network namespaces are only supported on Linux")
 
@@ -17,3 +20,6 @@ func (h *Handle) Close() error { return errUnsupported }
 
 // RunIn is only implemented on Linux.
 func RunIn(fd int, fn func() error) error { return errUnsupported }
+
+// HoldsAddrs is only implemented on Linux.
+func (h *Handle) HoldsAddrs(want []netip.Addr) error { return errUnsupported }
