@@ -46,17 +46,33 @@ func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
 // meshlet that never reached the runtime (crash loop, runtime down) must
 // not replace it with an empty one. It reads the core's published view: it
 // never waits for a pod's enrollment.
-func runCheckpointer(ctx context.Context, dir string, core *enroll.Core) {
+//
+// A write that fails (a full or read-only filesystem) changes nothing on
+// disk and is retried at every tick; enrollments go on meanwhile. The
+// first failure is logged, repeats only at -v=2, and the write that
+// succeeds again says so; failed is called for each.
+func runCheckpointer(ctx context.Context, dir string, core *enroll.Core, failed func()) {
 	logger := klog.FromContext(ctx)
 	var written uint64 // the generation on disk; 0: the previous agent's file
+	failing := false
 	write := func() {
 		if core.Generation() == written {
 			return
 		}
 		records, gen := core.Records()
 		if err := state.Save(dir, records); err != nil {
-			logger.Error(err, "Writing the checkpoint")
+			failed()
+			if !failing {
+				logger.Error(err, "Writing the checkpoint failed, retrying every tick: enrollments go on, but a meshlet restarted meanwhile re-programs the pods the file on disk misses", "interval", checkpointInterval)
+			} else {
+				logger.V(2).Info("Writing the checkpoint failed again", "err", err)
+			}
+			failing = true
 			return
+		}
+		if failing {
+			logger.Info("Checkpoint written again", "pods", len(records))
+			failing = false
 		}
 		written = gen
 	}

@@ -15,14 +15,15 @@ import (
 // metrics are meshlet's Prometheus metrics, on a registry of their own.
 // Failed enrollments also become pod events when an API server is known.
 type metrics struct {
-	events           *kube.Events // nil in standalone mode
-	enrollDuration   prometheus.Histogram
-	enrollFailures   *prometheus.CounterVec
-	lateEnrollments  prometheus.Counter
-	missedRemovals   prometheus.Counter
-	runtimeConnected prometheus.Gauge
-	mode             *prometheus.GaugeVec
-	cniReasserts     prometheus.Counter
+	events             *kube.Events // nil in standalone mode
+	enrollDuration     prometheus.Histogram
+	enrollFailures     *prometheus.CounterVec
+	lateEnrollments    prometheus.Counter
+	missedRemovals     prometheus.Counter
+	checkpointFailures prometheus.Counter
+	runtimeConnected   prometheus.Gauge
+	mode               *prometheus.GaugeVec
+	cniReasserts       prometheus.Counter
 }
 
 var (
@@ -51,6 +52,10 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 			Name: "meshlet_missed_removals_total",
 			Help: "Pods forgotten because the runtime's pod list no longer shows them: their removal (NRI stop and remove, or a CNI DEL) never reached meshlet.",
 		}),
+		checkpointFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_checkpoint_write_failures_total",
+			Help: "Checkpoint writes that failed (a full or read-only state directory); each is retried at the next tick and leaves the file on disk as it was.",
+		}),
 		runtimeConnected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "meshlet_runtime_connected",
 			Help: "1 while new pods reach meshlet: the NRI connection is up and synchronized, or (CNI mode) meshlet-cni is chained and served.",
@@ -64,7 +69,7 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 			Help: "CNI mode: times meshlet-cni was put back into the CNI chain after something rewrote the conflist.",
 		}),
 	}
-	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.missedRemovals, m.runtimeConnected, m.mode, m.cniReasserts,
+	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.missedRemovals, m.checkpointFailures, m.runtimeConnected, m.mode, m.cniReasserts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_enrolled_pods",
 			Help: "Pods currently enrolled in the mesh on this node.",

@@ -248,7 +248,7 @@ func Run(ctx context.Context, cfg Config) error {
 		api.waitForSync(root, logger)
 	}
 	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
-		runCheckpointer(ctx, cfg.StateDir, core)
+		runCheckpointer(ctx, cfg.StateDir, core, m.checkpointFailures.Inc)
 		return nil
 	})
 	var daemonSet *kube.DaemonSetWatch

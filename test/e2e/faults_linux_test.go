@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +23,10 @@ type fault struct {
 	inject func(t *testing.T, m *mesh)
 	// recover brings the node back, three pods later.
 	recover func(t *testing.T, m *mesh)
+	// setup, if set, prepares the node before meshlet starts.
+	setup func(t *testing.T)
+	// harmless: no pod may be refused even while the node is broken.
+	harmless bool
 }
 
 var faults = []fault{
@@ -52,6 +60,42 @@ var faults = []fault{
 		},
 	},
 	{
+		// Only the checkpoint needs the state directory: enrollments go
+		// on, and the file catches up once there is room again.
+		name:     "state filesystem full",
+		harmless: true,
+		setup: func(t *testing.T) {
+			dir := theEnv(t).MeshletStateDir()
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+				t.Fatalf("mount a small tmpfs on the state directory: %v: %s", err, out)
+			}
+			t.Cleanup(func() { // after meshlet's stop: cleanups run last first
+				if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+					t.Errorf("umount %s: %v: %s", dir, err, out)
+				}
+			})
+		},
+		inject: func(t *testing.T, _ *mesh) {
+			if err := fill(filepath.Join(theEnv(t).MeshletStateDir(), "filler")); err != nil {
+				t.Error(err)
+			}
+		},
+		recover: func(t *testing.T, m *mesh) {
+			// A pod was enrolled since the fill: a checkpoint write failed.
+			for deadline := time.Now().Add(10 * time.Second); m.metric("meshlet_checkpoint_write_failures_total") == 0; time.Sleep(100 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no checkpoint write failed on a full state filesystem")
+				}
+			}
+			if err := os.Remove(filepath.Join(theEnv(t).MeshletStateDir(), "filler")); err != nil {
+				t.Fatal(err)
+			}
+		},
+	},
+	{
 		name:    "ztunnel gone",
 		inject:  func(_ *testing.T, m *mesh) { m.zt.Stop() },
 		recover: func(_ *testing.T, m *mesh) { m.connectZtunnel() },
@@ -75,6 +119,9 @@ func TestFaultsDuringChurn(t *testing.T) {
 func churn(t *testing.T, f fault, seed uint64, k int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	// Removals the runtime does not report are found within seconds.
+	if f.setup != nil {
+		f.setup(t)
+	}
 	m := startMesh(t, "--standalone", "--cri-resync-interval=1s")
 	var live []*pod // in creation order: the seed replays the same removals
 	mustMesh := map[*pod]bool{}
@@ -114,8 +161,8 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 			// Refused: a mesh pod meshlet could not enroll, or the
 			// runtime away. The kubelet would retry. On a healthy node
 			// nothing is refused.
-			if !broken {
-				t.Errorf("pod %s refused on a healthy node: %v", p.spec.Name, err)
+			if !broken || f.harmless {
+				t.Errorf("pod %s refused (fault %q active: %v): %v", p.spec.Name, f.name, broken, err)
 			}
 			refusedSandboxes++
 			refused = append(refused, p)
@@ -134,6 +181,9 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 		enrolledBefore := hasTable(p.info.NetnsPath)
 		if cid, err := theEnv(t).StartContainer(id, p.spec, "app"); err != nil {
 			refusedApps++
+			if f.harmless {
+				t.Errorf("pod %s: app container refused during %q: %v", p.spec.Name, f.name, err)
+			}
 		} else if mesh && !enrolledBefore {
 			checkEnrolledBeforeStart(t, m, p, cid, wasBroken || broken)
 		}
@@ -216,4 +266,22 @@ func faultSeed(t *testing.T) uint64 {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d (MESHLET_FAULT_SEED=%d replays it)", seed, seed)
 	return seed
+}
+
+// fill writes zeros to path until its filesystem is full.
+func fill(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	zeros := make([]byte, 4096)
+	for {
+		if _, err := f.Write(zeros); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return nil
+			}
+			return fmt.Errorf("fill %s: %w", path, err)
+		}
+	}
 }
