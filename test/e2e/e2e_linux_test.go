@@ -71,8 +71,15 @@ func (m *mesh) startMeshlet() {
 // snapshot.
 func (m *mesh) connectZtunnel() {
 	m.t.Helper()
+	m.connectZtunnelDeciding(nil)
+}
+
+// connectZtunnelDeciding connects a ztunnel stand-in whose answers decide
+// gives (zdstest.Ztunnel.Decide) and waits for its snapshot.
+func (m *mesh) connectZtunnelDeciding(decide func(*zdstest.Request) string) {
+	m.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	zt := &zdstest.Ztunnel{}
+	zt := &zdstest.Ztunnel{Decide: decide}
 	for {
 		err := zt.Start(m.socket)
 		if err == nil {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
@@ -96,6 +97,44 @@ var faults = []fault{
 		},
 	},
 	{
+		// Every new pod's Add is refused: its sandbox fails, the kubelet
+		// would retry it.
+		name: "ztunnel NACKs",
+		inject: func(_ *testing.T, m *mesh) {
+			m.zt.Stop()
+			snapshotDone := false // Decide runs on the stand-in's one goroutine
+			m.connectZtunnelDeciding(func(r *zdstest.Request) string {
+				if r.Kind == zdstest.SnapshotSent {
+					snapshotDone = true
+				}
+				if snapshotDone && r.Kind == zdstest.Add {
+					return "workload refused (fault injected)"
+				}
+				return ""
+			})
+		},
+		recover: func(_ *testing.T, m *mesh) { m.zt.Stop(); m.connectZtunnel() },
+	},
+	{
+		// A new pod's Add is never answered: its enrollment runs out of
+		// time in the hook, and meshlet drops the connection.
+		name: "ztunnel stalls",
+		inject: func(_ *testing.T, m *mesh) {
+			m.zt.Stop()
+			snapshotDone := false
+			m.connectZtunnelDeciding(func(r *zdstest.Request) string {
+				if r.Kind == zdstest.SnapshotSent {
+					snapshotDone = true
+				}
+				if snapshotDone && r.Kind == zdstest.Add {
+					return zdstest.Stall
+				}
+				return ""
+			})
+		},
+		recover: func(_ *testing.T, m *mesh) { m.zt.Stop(); m.connectZtunnel() },
+	},
+	{
 		name:    "ztunnel gone",
 		inject:  func(_ *testing.T, m *mesh) { m.zt.Stop() },
 		recover: func(_ *testing.T, m *mesh) { m.connectZtunnel() },
@@ -103,7 +142,7 @@ var faults = []fault{
 }
 
 // TestFaultsDuringChurn: while mesh and plain pods are created and
-// removed (60 per fault), the node is broken five times at a random
+// removed (50 per fault), the node is broken five times at a random
 // moment, some inside a runtime hook, and recovered three pods later.
 // Throughout, an app container that the runtime starts in a mesh pod finds
 // the pod's redirection in place; after the last recovery the invariant
@@ -125,12 +164,12 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 	m := startMesh(t, "--standalone", "--cri-resync-interval=1s")
 	var live []*pod // in creation order: the seed replays the same removals
 	mustMesh := map[*pod]bool{}
-	const pods = 60
+	const pods = 50
 	var refused []*pod // the runtime may have made some anyway (below)
 	injected, refusedSandboxes, refusedApps := 0, 0, 0
 	broken := false
 	for i := range pods {
-		if broken && i%12 == 8 {
+		if broken && i%10 == 8 {
 			f.recover(t, m)
 			broken = false
 		}
@@ -141,7 +180,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 		}
 		wasBroken := broken
 		done := make(chan struct{})
-		if i%12 == 5 && !broken {
+		if i%10 == 5 && !broken {
 			delay := time.Duration(rng.IntN(4000)) * time.Microsecond
 			go func() {
 				defer close(done)

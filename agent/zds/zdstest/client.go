@@ -200,7 +200,8 @@ func closeFds(fds []int) {
 
 // Ztunnel is an always-acking ztunnel stand-in: it connects, consumes the
 // snapshot and then answers every request, recording them. Decide, if set,
-// returns the NACK reason for a request ("" to ack).
+// returns the NACK reason for a request ("" to ack), or Stall to leave it
+// unanswered, as a hung ztunnel would.
 type Ztunnel struct {
 	Decide func(*Request) string
 
@@ -240,12 +241,17 @@ func (z *Ztunnel) serve() error {
 		if z.Decide != nil {
 			reason = z.Decide(r)
 		}
-		if reason != "" {
+		if reason != "" && reason != Stall {
 			r.Close()
 		}
 		z.mu.Lock()
 		z.requests = append(z.requests, r)
 		z.mu.Unlock()
+		if reason == Stall {
+			// meshlet sends nothing more before an answer: the next Recv
+			// ends when it gives up and closes the connection.
+			continue
+		}
 		if err := z.c.Nack(reason); err != nil {
 			return err
 		}
@@ -255,6 +261,9 @@ func (z *Ztunnel) serve() error {
 		}
 	}
 }
+
+// Stall, returned by Ztunnel.Decide, leaves a request unanswered.
+const Stall = "\x00stall"
 
 // Requests returns what was received so far.
 func (z *Ztunnel) Requests() []*Request {
