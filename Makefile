@@ -23,7 +23,7 @@ VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo d
 TEST_FLAGS    ?= -race -count=1 -timeout 30m
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build version image test bench fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
+.PHONY: all build version image test bench soak fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -76,6 +76,14 @@ bench: deps
 	  $(GO) test -run '^$$' -bench EnrollSerial -benchtime 1000x -count 3 ./agent/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt
+
+## soak: 2,000 pod create/delete cycles on the real runtime (SOAK_CYCLES);
+## meshlet's memory, goroutines, descriptors, probe SNAT entries and pods
+## are printed as a series and must stay flat (about 15 minutes)
+SOAK_CYCLES ?= 2000
+soak: deps
+	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	  $(GO) test -run '^$$' -bench BenchmarkSoak -benchtime $(SOAK_CYCLES)x -timeout 90m -v ./test/e2e/
 
 ## fuzz: every Go fuzz target, FUZZTIME each (default 30s), on top of its
 ## committed seeds; prints each target's executions (CI: 10s each)

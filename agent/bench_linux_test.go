@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,8 +17,6 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/policy"
-	"github.com/meshlet/meshlet/agent/redirect"
-	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
@@ -34,42 +31,14 @@ import (
 // daemon's (BenchmarkMeshlet100Pods in test/e2e measures the daemon).
 func BenchmarkEnrollSerial(b *testing.B) {
 	privtest.RequireRoot(b)
-	ctx, cancel := context.WithCancel(klog.NewContext(context.Background(), logr.Discard()))
-	defer cancel()
-	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(zdstest.SocketDir(b), "z.sock")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	go func() { _ = server.Serve(ctx) }()
-	defer server.Close()
+	ctx := klog.NewContext(context.Background(), logr.Discard())
+	core, server, _ := realCore(ctx, b)
 	zt := &zdstest.Ztunnel{}
 	if err := zt.Start(server.Addr()); err != nil {
 		b.Fatal(err)
 	}
 	defer zt.Stop()
 	if err := zt.WaitSnapshot(ctx); err != nil {
-		b.Fatal(err)
-	}
-	pol, err := policy.New(policy.Defaults())
-	if err != nil {
-		b.Fatal(err)
-	}
-	node := netnstest.Open(b)
-	rcfg := redirect.DefaultConfig()
-	rcfg.HostNetnsFd = netnstest.Fd(b, node)
-	redir, err := redirect.New(rcfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer redir.Close()
-	opener, err := newNetnsOpener(rcfg.HostNetnsFd, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
-		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
-		enroll.Config{Defaults: DefaultConfig().PodDefaults})
-	if err != nil {
 		b.Fatal(err)
 	}
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}

@@ -24,7 +24,6 @@ import (
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
-	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
@@ -58,44 +57,7 @@ func podFds(t *testing.T, pods []enroll.Pod) int {
 func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	privtest.RequireRoot(t)
 	_, ctx := ktesting.NewTestContext(t)
-	ctx, cancel := context.WithCancel(ctx)
-	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(zdstest.SocketDir(t), "z.sock")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- server.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Error(err)
-		}
-		server.Close()
-	}()
-	pol, err := policy.New(policy.Defaults())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The node side of redirection lives in a namespace of the test's own.
-	// It is the test's, and goes with it.
-	node := netnstest.Open(t)
-	rcfg := redirect.DefaultConfig()
-	rcfg.HostNetnsFd = netnstest.Fd(t, node)
-	redir, err := redirect.New(rcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer redir.Close()
-	opener, err := newNetnsOpener(rcfg.HostNetnsFd, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
-		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
-		enroll.Config{Defaults: DefaultConfig().PodDefaults})
-	if err != nil {
-		t.Fatal(err)
-	}
+	core, server, node := realCore(ctx, t)
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
 	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
 	pods := []enroll.Pod{
@@ -105,7 +67,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 
 	// No ztunnel yet: a mesh pod must not be reported enrolled.
-	_, err = core.Enroll(ctx, pods[0])
+	_, err := core.Enroll(ctx, pods[0])
 	if enroll.FailedStep(err) != enroll.StepProxy {
 		t.Fatalf("Enroll without ztunnel = %v, want a ztunnel failure", err)
 	}
