@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
 
 // fault is one way the node goes wrong during pod churn.
@@ -24,8 +26,9 @@ type fault struct {
 	inject func(t *testing.T, m *mesh)
 	// recover brings the node back, three pods later.
 	recover func(t *testing.T, m *mesh)
-	// setup, if set, prepares the node before meshlet starts.
-	setup func(t *testing.T)
+	// setup, if set, prepares the node before meshlet starts and returns
+	// meshlet's flags beyond the test's own (nil: standalone).
+	setup func(t *testing.T) []string
 	// harmless: no pod may be refused even while the node is broken.
 	harmless bool
 }
@@ -65,7 +68,7 @@ var faults = []fault{
 		// on, and the file catches up once there is room again.
 		name:     "state filesystem full",
 		harmless: true,
-		setup: func(t *testing.T) {
+		setup: func(t *testing.T) []string {
 			dir := theEnv(t).MeshletStateDir()
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				t.Fatal(err)
@@ -78,6 +81,7 @@ var faults = []fault{
 					t.Errorf("umount %s: %v: %s", dir, err, out)
 				}
 			})
+			return nil
 		},
 		inject: func(t *testing.T, _ *mesh) {
 			if err := fill(filepath.Join(theEnv(t).MeshletStateDir(), "filler")); err != nil {
@@ -134,6 +138,7 @@ var faults = []fault{
 		},
 		recover: func(_ *testing.T, m *mesh) { m.zt.Stop(); m.connectZtunnel() },
 	},
+	apiServerDown(),
 	{
 		name:    "ztunnel gone",
 		inject:  func(_ *testing.T, m *mesh) { m.zt.Stop() },
@@ -158,10 +163,13 @@ func TestFaultsDuringChurn(t *testing.T) {
 func churn(t *testing.T, f fault, seed uint64, k int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	// Removals the runtime does not report are found within seconds.
+	flags := []string{"--standalone"}
 	if f.setup != nil {
-		f.setup(t)
+		if fl := f.setup(t); fl != nil {
+			flags = fl
+		}
 	}
-	m := startMesh(t, "--standalone", "--cri-resync-interval=1s")
+	m := startMesh(t, append(flags, "--cri-resync-interval=1s")...)
 	var live []*pod // in creation order: the seed replays the same removals
 	mustMesh := map[*pod]bool{}
 	const pods = 50
@@ -307,6 +315,41 @@ func faultSeed(t *testing.T) uint64 {
 	return seed
 }
 
+// apiServerDown: meshlet runs with an API server, which goes away. The
+// churn's pods have no API objects, so meshlet decides each from its
+// sandbox labels (as for a pod the API server cannot tell it about) with
+// the API server there or not: no pod may be refused while it is down.
+func apiServerDown() fault {
+	var k *kubeenv.Env
+	return fault{
+		name:     "API server down",
+		harmless: true,
+		setup: func(t *testing.T) []string {
+			bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+			var err error
+			if k, err = kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(k.Stop) // after meshlet's stop: cleanups run last first
+			kubeconfig, err := k.Kubeconfig()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return []string{"--kubeconfig=" + kubeconfig, "--dra=false"} // no kubelet here
+		},
+		inject: func(t *testing.T, _ *mesh) {
+			if err := k.StopAPIServer(); err != nil {
+				t.Error(err)
+			}
+		},
+		recover: func(t *testing.T, _ *mesh) {
+			if err := k.StartAPIServer(); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+}
+
 // fill writes zeros to path until its filesystem is full.
 func fill(path string) error {
 	f, err := os.Create(path)
@@ -323,4 +366,60 @@ func fill(path string) error {
 			return fmt.Errorf("fill %s: %w", path, err)
 		}
 	}
+}
+
+// TestNodeReboot: the node goes down under running mesh and plain pods
+// (meshlet and ztunnel killed, every pod process gone with its network
+// namespace, nothing cleaned up) and the runtime comes back first. A mesh
+// pod whose sandbox the kubelet recreates before meshlet is back gets no
+// app container; once meshlet is back it is enrolled late, its container
+// starts, and none of the dead pods is handed to ztunnel, kept in the
+// checkpoint or held open.
+func TestNodeReboot(t *testing.T) {
+	m := startMesh(t, "--standalone", "--cri-resync-interval=1s")
+	var dead []*pod
+	for i := range 4 {
+		labels := map[string]string(nil)
+		if i%2 == 0 {
+			labels = ambient
+		}
+		p := runPod(t, "app", labels, false)
+		if _, err := theEnv(t).StartContainer(p.id, p.spec, "app"); err != nil {
+			t.Fatal(err)
+		}
+		dead = append(dead, p)
+	}
+	m.zt.Stop()
+	if err := m.meshlet.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	m.meshlet = nil
+	if err := theEnv(t).Reboot(); err != nil {
+		t.Fatal(err)
+	}
+
+	again := runPod(t, "app", ambient, false)
+	if _, err := theEnv(t).StartContainer(again.id, again.spec, "app"); err == nil || !strings.Contains(err.Error(), "meshlet") {
+		t.Fatalf("app container of a mesh pod after the reboot, meshlet not back: %v, want a refusal naming the required plugin", err)
+	}
+	m.startMeshlet()
+	m.connectZtunnel()
+	if err := m.meshlet.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	took := m.waitInvariant(t, 15*time.Second, []*pod{again}, nil)
+	if _, err := theEnv(t).StartContainer(again.id, again.spec, "app"); err != nil {
+		t.Fatalf("app container once meshlet is back: %v", err)
+	}
+	for _, r := range m.zt.Requests() {
+		for _, p := range dead {
+			if r.UID == p.spec.UID {
+				t.Fatalf("a pod that died in the reboot reached ztunnel: %v", r)
+			}
+		}
+	}
+	if late := m.metric("meshlet_late_enrollments_total"); late != 1 {
+		t.Fatalf("meshlet_late_enrollments_total %v, want 1 (the pod recreated before meshlet was back)", late)
+	}
+	t.Logf("after the reboot the invariant held %v after meshlet was ready", took.Round(time.Millisecond))
 }
