@@ -23,10 +23,10 @@ type soakSample struct {
 }
 
 // BenchmarkSoak creates and removes a pod through the real runtime b.N
-// times (every other one a mesh pod) and samples meshlet 20 times along the
-// way; between samples ztunnel reconnects (its stand-in would otherwise
-// keep every namespace it was given). The series is printed. From 200
-// cycles on it is judged, after a warm-up of the first quarter: the
+// times (every other one a mesh pod) and samples meshlet every 100 cycles;
+// between samples ztunnel reconnects (its stand-in would otherwise keep
+// every namespace it was given). The series is printed. From 12 samples
+// on it is judged, after a warm-up of the first quarter: the
 // node's probe SNAT entries and the enrolled pods are 0 at every sample,
 // descriptors and goroutines end where the judged part began, and
 // meshlet's allocated memory (RssAnon, median of the judged part's last
@@ -64,7 +64,7 @@ func BenchmarkSoak(b *testing.B) {
 		return s
 	}
 
-	every := max(b.N/20, 1)
+	const every = 100 // cycles between samples
 	samples := []soakSample{take(0)}
 	i := 0
 	for b.Loop() {
@@ -107,8 +107,8 @@ func BenchmarkSoak(b *testing.B) {
 			b.Errorf("after %d cycles, with no pod running: %d probe SNAT entries and %d enrolled pods, want 0", s.cycles, s.snat, s.pods)
 		}
 	}
-	if i < 200 || len(samples) < 12 {
-		b.Logf("%d cycles: too few to judge the series (200 or more are)", i)
+	if len(samples) < 12 {
+		b.Logf("%d cycles: too few to judge the series (%d or more are)", i, 11*every)
 		return
 	}
 	judged := samples[len(samples)/4:]
