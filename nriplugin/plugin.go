@@ -50,7 +50,11 @@ type Config struct {
 	// runtime's plugin request timeout (2 s by default).
 	EnrollTimeout time.Duration
 	// MinBackoff and MaxBackoff bound reconnect attempts; StablePeriod is
-	// how long a connection must last for the backoff to reset.
+	// how long a connection must last for the backoff to reset: longer than
+	// a runtime that accepts the plugin and drops it at once keeps it, far
+	// shorter than the time between restarts of a runtime being upgraded
+	// or crash-looping, during which a grown backoff lets pods start
+	// without the hook.
 	MinBackoff, MaxBackoff, StablePeriod time.Duration
 	// AfterSynchronize, if set, runs once the running pods are reconciled
 	// (node-side cleanup of pods removed while meshlet was away).
@@ -61,7 +65,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{SocketPath: "/var/run/nri/nri.sock", Name: "meshlet", Index: "10",
 		EnrollTimeout: 1500 * time.Millisecond,
-		MinBackoff:    100 * time.Millisecond, MaxBackoff: 10 * time.Second, StablePeriod: 30 * time.Second}
+		MinBackoff:    100 * time.Millisecond, MaxBackoff: 10 * time.Second, StablePeriod: 2 * time.Second}
 }
 
 // Plugin is the NRI plugin.

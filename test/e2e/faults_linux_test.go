@@ -279,8 +279,9 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 		}
 	}
 	took := m.waitInvariant(t, 15*time.Second, meshed, plain)
-	t.Logf("%s: %d pods, %d faults, %d sandboxes and %d app containers refused; %d mesh and %d plain pods running; the invariant held %v after the last recovery",
-		f.name, pods, injected, refusedSandboxes, refusedApps, len(meshed), len(plain), took.Round(time.Millisecond))
+	t.Logf("%s: %d pods, %d faults, %d sandboxes and %d app containers refused; %d mesh and %d plain pods running; the invariant held %v after the last recovery; the last meshlet counted %v late enrollments and %v missed removals",
+		f.name, pods, injected, refusedSandboxes, refusedApps, len(meshed), len(plain), took.Round(time.Millisecond),
+		m.metric("meshlet_late_enrollments_total"), m.metric("meshlet_missed_removals_total"))
 }
 
 // checkEnrolledBeforeStart fails unless ztunnel had the pod (an Add on
