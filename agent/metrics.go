@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 		}),
 		missedRemovals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshlet_missed_removals_total",
-			Help: "Pods forgotten because the runtime's pod list no longer shows them: their removal (NRI stop and remove, or a CNI DEL) never reached meshlet.",
+			Help: "Pods in the mesh forgotten because the runtime's pod list no longer shows them: their removal (NRI stop and remove, or a CNI DEL) never reached meshlet.",
 		}),
 		checkpointFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meshlet_checkpoint_write_failures_total",

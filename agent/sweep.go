@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -33,8 +34,12 @@ type removalSweep struct {
 	metrics  interface{ MissedRemovals(n int) }
 	// nriRuntime is the runtime NRI connected to, "" before the first
 	// connection: a listing from another runtime (a wrong --cri-socket)
-	// would take every pod for gone.
+	// would take every pod for gone, so its name must match.
 	nriRuntime func() string
+	// anchored: a listing showed a pod the core knew from NRI, so the CRI
+	// socket serves the runtime NRI does. Two runtimes of the same name
+	// (a k3s containerd next to the system's) tell apart no other way.
+	anchored bool
 	// refused says why listings are not used now, "" when they are.
 	refused string
 }
@@ -42,7 +47,7 @@ type removalSweep struct {
 // sweptCore is the part of the core the sweep drives.
 type sweptCore interface {
 	Pods() []enroll.PodStatus
-	Forget(ctx context.Context, uid string) error
+	cri.Forgetter
 }
 
 var _ sweptCore = (*enroll.Core)(nil)
@@ -126,29 +131,40 @@ func (s *removalSweep) sweep(ctx context.Context, lister runtimeLister, now time
 	if err != nil {
 		logger.Error(err, "Some running pods cannot be read: they count as running", "podUIDs", unreadable)
 	}
+	if !s.anchored {
+		if len(known) == 0 {
+			return // nothing to forget, nothing to check the listing against
+		}
+		if !listsAny(known, pods, unreadable) {
+			s.refuse(ctx, errors.New("the CRI socket (--cri-socket) lists none of the pods meshlet knows from NRI: it is not the same runtime, or they are all gone (then the next pod enrolled settles it)"))
+			return
+		}
+		s.anchored = true
+	}
 	s.accept(ctx)
-	listed := make(map[string]bool, len(pods)+len(unreadable))
-	for _, p := range pods {
-		listed[p.UID] = true
+	gone := s.absences.Observe(now, known, pods, unreadable)
+	if missed := cri.ForgetGone(ctx, s.core, gone, "its stop and removal"); missed > 0 {
+		s.metrics.MissedRemovals(missed)
 	}
-	for _, uid := range unreadable {
-		listed[uid] = true
-	}
-	gone := s.absences.Observe(now, known, listed)
-	byUID := make(map[string]enroll.PodStatus, len(known))
+}
+
+// listsAny is whether the listing shows any of the known pods.
+func listsAny(known []enroll.PodStatus, pods []enroll.Pod, unreadable []string) bool {
+	uids := make(map[string]bool, len(known))
 	for _, st := range known {
-		byUID[st.UID] = st
+		uids[st.UID] = true
 	}
-	for _, uid := range gone {
-		pod := klog.KRef(byUID[uid].Namespace, byUID[uid].Name)
-		logger.Info("Forgetting a pod the runtime no longer runs: its stop and removal never reached meshlet", "pod", pod, "podUID", uid)
-		if err := s.core.Forget(ctx, uid); err != nil {
-			logger.Error(err, "Forgetting a removed pod", "pod", pod, "podUID", uid)
+	for _, p := range pods {
+		if uids[p.UID] {
+			return true
 		}
 	}
-	if len(gone) > 0 {
-		s.metrics.MissedRemovals(len(gone))
+	for _, uid := range unreadable {
+		if uids[uid] {
+			return true
+		}
 	}
+	return false
 }
 
 // refuse logs why listings are not used, once per reason.

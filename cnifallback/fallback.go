@@ -24,6 +24,7 @@ type Core interface {
 	Status(uid string) (enroll.PodStatus, bool)
 	Checkpointed(uid string) bool
 	Pods() []enroll.PodStatus
+	cri.Forgetter
 }
 
 var _ Core = (*enroll.Core)(nil)

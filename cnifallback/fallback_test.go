@@ -66,6 +66,16 @@ func (c *fakeCore) Forget(_ context.Context, uid string) error {
 	return nil
 }
 
+func (c *fakeCore) ForgetUnchanged(ctx context.Context, st enroll.PodStatus) (bool, error) {
+	c.mu.Lock()
+	now, ok := c.known[st.UID]
+	c.mu.Unlock()
+	if !ok || now.State != st.State || !now.Since.Equal(st.Since) {
+		return false, nil
+	}
+	return true, c.Forget(ctx, st.UID)
+}
+
 func (c *fakeCore) Reconcile(_ context.Context, pods []enroll.Pod) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -7,6 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/cnifallback/cri"
 )
 
 const (
@@ -138,20 +139,13 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 			return
 		}
 	}
-	listed := make(map[string]bool, len(pods)+len(unreadable))
-	for _, p := range pods {
-		listed[p.UID] = true
-	}
-	for _, uid := range unreadable {
-		listed[uid] = true
-	}
 	before := make(map[string]enroll.PodStatus, len(known))
 	for _, st := range known {
 		before[st.UID] = st
 	}
 
 	f.mu.Lock()
-	gone := f.absences.Observe(now, known, listed)
+	gone := f.absences.Observe(now, known, pods, unreadable)
 	for uid, at := range f.deleted {
 		if now.Sub(at) > deletedTTL {
 			delete(f.deleted, uid)
@@ -168,15 +162,8 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	}
 	f.mu.Unlock()
 
-	for _, uid := range gone {
-		pod := klog.KRef(before[uid].Namespace, before[uid].Name)
-		logger.Info("Forgetting a pod the runtime no longer runs (its CNI DEL did not reach meshlet)", "pod", pod, "podUID", uid)
-		if err := f.deps.Core.Forget(ctx, uid); err != nil {
-			logger.Error(err, "Forgetting a removed pod", "pod", pod, "podUID", uid)
-		}
-	}
-	if len(gone) > 0 {
-		f.deps.Metrics.MissedRemovals(len(gone))
+	if missed := cri.ForgetGone(ctx, f.deps.Core, gone, "its CNI DEL"); missed > 0 {
+		f.deps.Metrics.MissedRemovals(missed)
 	}
 	late := 0
 	for _, p := range retry {

@@ -178,6 +178,29 @@ func (c *Core) Forget(ctx context.Context, uid string) error {
 		return nil
 	}
 	defer s.mu.Unlock()
+	return c.forget(ctx, s)
+}
+
+// ForgetUnchanged forgets the pod as Forget does, but only while it is as
+// st (from Pods) saw it: same state since the same time. A caller that
+// decided from an older look (a listing of the runtime that missed the
+// pod) must not drop what changed since, such as a new sandbox of the same
+// pod enrolled meanwhile. It reports whether it forgot the pod.
+func (c *Core) ForgetUnchanged(ctx context.Context, st PodStatus) (bool, error) {
+	s := c.lockSlot(st.UID, false)
+	if s == nil {
+		return false, nil
+	}
+	defer s.mu.Unlock()
+	if s.state != st.State || !s.since.Equal(st.Since) {
+		return false, nil
+	}
+	return true, c.forget(ctx, s)
+}
+
+// forget releases the pod in s (locked) and drops its slot.
+func (c *Core) forget(ctx context.Context, s *slot) error {
+	uid := s.pod.UID
 	err := c.release(ctx, s, RemoveHostOnly, StateReleased, "removed")
 	// The view entry goes while the map lock is held: once it is released
 	// a new slot for the same UID may be created and published, and must
@@ -465,8 +488,12 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	// A namespace without the pod's IPs is not the pod's (a runtime or
 	// CNI fault): rules there would capture some other traffic, and
-	// ztunnel would serve the pod's identity on the wrong addresses.
-	if err := ns.HoldsAddrs(pod.IPs); err != nil {
+	// ztunnel would serve the pod's identity on the wrong addresses. A
+	// running pod the previous agent enrolled in this very namespace is
+	// adopted unchecked: failing it would leave that agent's rules in it
+	// with no ztunnel that knows it.
+	adopting := s.checkpointed != nil && s.checkpointed.NetnsInode == ns.Inode()
+	if err := ns.HoldsAddrs(pod.IPs); err != nil && !adopting {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepNetns, err)
 	}

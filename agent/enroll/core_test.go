@@ -229,6 +229,33 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+// TestForgetUnchanged: a pod is forgotten only while it is as the caller
+// saw it; one that changed since (here: stopped) is kept.
+func TestForgetUnchanged(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.core.Enroll(ctx, h.pod("a", 100, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	seen, _ := h.core.Status("a")
+	if err := h.core.Release(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if forgot, err := h.core.ForgetUnchanged(ctx, seen); forgot || err != nil {
+		t.Fatalf("ForgetUnchanged with a status from before the pod changed = %v, %v; want it kept", forgot, err)
+	}
+	wantState(t, h, "a", StateReleased, "stopped")
+	now, _ := h.core.Status("a")
+	if forgot, err := h.core.ForgetUnchanged(ctx, now); !forgot || err != nil {
+		t.Fatalf("ForgetUnchanged with the current status = %v, %v; want it forgotten", forgot, err)
+	}
+	if _, ok := h.core.Status("a"); ok {
+		t.Fatal("forgotten pod still known")
+	}
+	if forgot, err := h.core.ForgetUnchanged(ctx, now); forgot || err != nil {
+		t.Fatalf("ForgetUnchanged of an unknown pod = %v, %v; want nothing done", forgot, err)
+	}
+}
+
 func TestReconcile(t *testing.T) {
 	h := newHarness(t)
 	kept := h.pod("kept", 1, meshOn)

@@ -253,3 +253,23 @@ func TestRedirectionStatusNames(t *testing.T) {
 		}
 	}
 }
+
+// TestAdoptionSkipsTheIPCheck: a running pod the previous agent enrolled
+// in the same namespace is adopted even if the namespace does not hold its
+// IPs (failing it would leave that agent's rules with no ztunnel that knows
+// the pod); a pod enrolled afresh is refused.
+func TestAdoptionSkipsTheIPCheck(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	h := newHarness(t, Record{UID: "kept", Name: "name-kept", Namespace: "default", NetnsInode: 1, IPs: ip,
+		Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"})
+	kept, fresh := h.pod("kept", 1, meshOn), h.pod("fresh", 2, meshOn)
+	kept.IPs, fresh.IPs = ip, ip
+	h.opener.withoutIPs = map[string]bool{kept.NetnsPath: true, fresh.NetnsPath: true}
+	if err := h.core.Reconcile(ctx, []Pod{kept}); err != nil {
+		t.Fatalf("adopting a pod whose namespace lacks its IPs: %v", err)
+	}
+	wantState(t, h, "kept", StateEnrolled, "pod-label")
+	if _, err := h.core.Enroll(ctx, fresh); FailedStep(err) != StepNetns {
+		t.Fatalf("enrolling a new pod whose namespace lacks its IPs: %v, want a netns failure", err)
+	}
+}

@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
+
+// dumpAttempts bounds how often an interrupted address dump is taken.
+const dumpAttempts = 3
 
 // HoldsAddrs returns an error wrapping ErrAddrsMissing unless every address
 // in want is assigned to an interface in the namespace. The addresses are
@@ -19,16 +23,25 @@ func (h *Handle) HoldsAddrs(want []netip.Addr) error {
 	var have []netlink.Addr
 	err := h.WithFd(func(fd int) error {
 		var nh *netlink.Handle
-		if err := RunIn(fd, func() error {
+		err := RunIn(fd, func() error {
 			var err error
 			nh, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 			return err
-		}); err != nil {
+		})
+		if nh != nil {
+			// Also when RunIn failed after making it (switching back).
+			defer nh.Close()
+		}
+		if err != nil {
 			return fmt.Errorf("netlink handle in netns: %w", err)
 		}
-		defer nh.Close()
-		var err error
-		have, err = nh.AddrList(nil, netlink.FAMILY_ALL)
+		// A dump the kernel interrupts (an address changed meanwhile, as
+		// at a sandbox's start) is taken again.
+		for range dumpAttempts {
+			if have, err = nh.AddrList(nil, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
+				break
+			}
+		}
 		return err
 	})
 	if err != nil {

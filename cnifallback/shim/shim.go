@@ -151,10 +151,16 @@ func podNetworkResult(conf *Config) (*current.Result, error) {
 	return r, nil
 }
 
-// addresses are the pod's IPs in the previous result.
+// addresses are the pod's IPs in the previous result: those on an
+// interface inside the pod (one with a sandbox), or on no interface named.
+// An address the result puts on a host-side interface (a bridge, a veth's
+// host end) is not the pod's.
 func addresses(r *current.Result) []netip.Addr {
 	var ips []netip.Addr
 	for _, ip := range r.IPs {
+		if i := ip.Interface; i != nil && *i >= 0 && *i < len(r.Interfaces) && r.Interfaces[*i].Sandbox == "" {
+			continue
+		}
 		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
 			ips = append(ips, a.Unmap())
 		}

@@ -87,6 +87,12 @@ func BenchmarkSoak(b *testing.B) {
 			b.StopTimer()
 			m.zt.Stop()
 			m.connectZtunnel()
+			// The old connection's descriptor goes once meshlet reads its end.
+			for deadline := time.Now().Add(5 * time.Second); m.metric("meshlet_ztunnel_connections") != 1; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					b.Fatal("meshlet still has the previous ztunnel connection 5 s after it closed")
+				}
+			}
 			samples = append(samples, take(i))
 			b.StartTimer()
 		}

@@ -81,11 +81,19 @@ func Dial(path string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := zds.WriteMessage(c.uc, &zdspb.ZdsHello{Version: zdspb.Version_V1}, -1); err != nil {
+	if err := c.SendHello(); err != nil {
 		_ = c.Close()
-		return nil, fmt.Errorf("send hello: %w", err)
+		return nil, err
 	}
 	return c, nil
+}
+
+// SendHello sends ZdsHello{V1}, ztunnel's first message.
+func (c *Client) SendHello() error {
+	if err := zds.WriteMessage(c.uc, &zdspb.ZdsHello{Version: zdspb.Version_V1}, -1); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	return nil
 }
 
 // Close closes the connection.
