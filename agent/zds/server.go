@@ -316,6 +316,14 @@ func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload, h enroll.
 		return nil // deferred: the next connection's snapshot carries it
 	}
 	if err := c.send(ctx, w); err != nil {
+		var nack *NackError
+		if h == enroll.HandoverDeferred && !errors.As(err, &nack) && !errors.Is(err, errRetired) {
+			// The connection failed under the Add (closed, timed out, or
+			// abandoned with the caller's deadline, which closes it): as
+			// with no connection at all, the next connection's snapshot
+			// carries it. Only ztunnel's refusal fails a running pod.
+			return nil
+		}
 		s.unregister(ctx, w, c)
 		return fmt.Errorf("zds add: %w", err)
 	}

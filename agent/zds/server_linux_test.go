@@ -621,3 +621,30 @@ func TestDeferredAddWithoutZtunnel(t *testing.T) {
 		t.Fatalf("snapshot %v, want the deferred workload with its netns", snap)
 	}
 }
+
+// TestDeferredAddWhoseConnectionDies: a running pod's Add (deferred
+// handover) to a ztunnel that goes away before acking it is kept for the
+// next connection, as with no ztunnel at all; a starting pod's would fail.
+func TestDeferredAddWhoseConnectionDies(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	waitConns(t, s, 1)
+	go func() {
+		if r, err := c.Recv(wait); err == nil {
+			r.Close()
+		}
+		_ = c.Close() // gone without an ack
+	}()
+	w := workload(t, "running")
+	if err := s.AddWorkload(context.Background(), w, enroll.HandoverDeferred); err != nil {
+		t.Fatalf("deferred AddWorkload whose connection closed: %v", err)
+	}
+	if s.Workloads() != 1 {
+		t.Fatal("the deferred workload was dropped with the connection")
+	}
+	waitConns(t, s, 0)
+	_, snap := connect(t, s)
+	if len(snap) != 1 || snap[0].Kind != zdstest.Add || snap[0].NetnsInode != w.Netns.Inode() {
+		t.Fatalf("snapshot %v, want the deferred workload with its netns", snap)
+	}
+}
