@@ -60,9 +60,6 @@ type runtimeLister interface {
 
 var _ runtimeLister = (*cri.Lister)(nil)
 
-// listTimeout bounds one dial of the runtime and one listing.
-const listTimeout = 30 * time.Second
-
 // newRemovalSweep returns the sweep for NRI mode: a pod missing from the
 // runtime's list of ready sandboxes for twice the interval is gone (NRI
 // enrolls a pod a few milliseconds before the runtime marks its sandbox
@@ -99,7 +96,7 @@ func (s *removalSweep) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		if lister == nil {
-			dctx, cancel := context.WithTimeout(ctx, listTimeout)
+			dctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
 			l, err := s.dial(dctx)
 			cancel()
 			if err != nil {
@@ -121,7 +118,7 @@ func (s *removalSweep) sweep(ctx context.Context, lister runtimeLister, now time
 		return
 	}
 	known := s.core.Pods()
-	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	lctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
 	pods, unreadable, err := lister.RunningPods(lctx)
 	cancel()
 	if err != nil && pods == nil {

@@ -196,7 +196,7 @@ func (f *Fallback) dial(ctx context.Context) (Lister, error) {
 	logger := klog.FromContext(ctx)
 	backoff := 100 * time.Millisecond
 	for logged := false; ; {
-		dctx, cancel := context.WithTimeout(ctx, listTimeout)
+		dctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
 		l, err := f.deps.DialRuntime(dctx)
 		cancel()
 		if err == nil {

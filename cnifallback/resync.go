@@ -14,8 +14,6 @@ const (
 	// deletedTTL is how long a served DEL keeps a listing from enrolling
 	// its pod again: far longer than a sandbox takes to stop.
 	deletedTTL = 10 * time.Minute
-	// listTimeout bounds one listing of the runtime's pods (and one dial).
-	listTimeout = 30 * time.Second
 	// startRetries is how many times the start-up listing is taken again
 	// while some running pods cannot be read: reconciling without them
 	// would take them for gone.
@@ -30,9 +28,9 @@ func (f *Fallback) missingGrace() time.Duration {
 	return max(2*time.Minute, 2*f.cfg.ResyncInterval)
 }
 
-// list takes one listing, bounded by listTimeout.
+// list takes one listing, bounded by cri.ListTimeout.
 func list(ctx context.Context, lister Lister) ([]enroll.Pod, []string, error) {
-	ctx, cancel := context.WithTimeout(ctx, listTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
 	defer cancel()
 	return lister.RunningPods(ctx)
 }

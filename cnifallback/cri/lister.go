@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -15,6 +16,9 @@ import (
 // DefaultEndpoints are the CRI sockets tried, in order, when --cri-socket
 // is not set: containerd's, then CRI-O's.
 var DefaultEndpoints = []string{"/run/containerd/containerd.sock", "/var/run/crio/crio.sock"}
+
+// ListTimeout bounds one dial of the runtime and one listing of its pods.
+const ListTimeout = 30 * time.Second
 
 // maxMsgSize matches the kubelet's CRI client: a node with many pods
 // answers ListPodSandbox with more than gRPC's default 4 MiB.

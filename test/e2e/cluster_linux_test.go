@@ -67,14 +67,7 @@ func TestPodsThroughKubelet(t *testing.T) {
 	if err := c.Client.CoreV1().Pods("shop").Delete(ctx, mesh.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.waitFor("Del of the deleted mesh pod", func(rs []*zdstest.Request) bool {
-		for _, r := range rs {
-			if r.Kind == zdstest.Del && r.UID == string(mesh.UID) {
-				return true
-			}
-		}
-		return false
-	})
+	m.waitFor("Del of the deleted mesh pod", func(rs []*zdstest.Request) bool { return hasDel(rs, string(mesh.UID)) })
 }
 
 // startCluster starts a single-node cluster on the runtime, with feature

@@ -210,14 +210,7 @@ func TestMeshPodLifecycle(t *testing.T) {
 	if err := theEnv(t).StopPod(meshPod.id); err != nil {
 		t.Fatal(err)
 	}
-	m.waitFor("Del", func(rs []*zdstest.Request) bool {
-		for _, r := range rs {
-			if r.Kind == zdstest.Del && r.UID == meshPod.spec.UID {
-				return true
-			}
-		}
-		return false
-	})
+	m.waitFor("Del", func(rs []*zdstest.Request) bool { return hasDel(rs, meshPod.spec.UID) })
 	if err := theEnv(t).RemovePod(meshPod.id); err != nil {
 		t.Fatal(err)
 	}
@@ -378,14 +371,7 @@ func TestContainerdRestart(t *testing.T) {
 	if err := theEnv(t).RemovePod(before.id); err != nil {
 		t.Fatal(err)
 	}
-	m.waitFor("ztunnel's Del of the pod removed after the restart", func(rs []*zdstest.Request) bool {
-		for _, r := range rs {
-			if r.Kind == zdstest.Del && r.UID == before.spec.UID {
-				return true
-			}
-		}
-		return false
-	})
+	m.waitFor("ztunnel's Del of the pod removed after the restart", func(rs []*zdstest.Request) bool { return hasDel(rs, before.spec.UID) })
 	// containerd 2.4.2 sends no StopPodSandbox for it: the CRI listing
 	// found the removal. Should a runtime report it, the Del came from
 	// the report and nothing was missed.
@@ -404,10 +390,8 @@ func TestContainerdRestart(t *testing.T) {
 	if n := len(m.adds(after.spec.UID)); n != 1 || !hasRules(t, after.info.NetnsPath) {
 		t.Fatalf("the pod still running was touched by the sweep: %d Adds, rules %v", n, hasRules(t, after.info.NetnsPath))
 	}
-	for _, r := range m.zt.Requests() {
-		if r.Kind == zdstest.Del && r.UID == after.spec.UID {
-			t.Fatal("the sweep took the running pod for gone: ztunnel got its Del")
-		}
+	if hasDel(m.zt.Requests(), after.spec.UID) {
+		t.Fatal("the sweep took the running pod for gone: ztunnel got its Del")
 	}
 }
 
