@@ -27,12 +27,14 @@ PROTOS        := agent/zds/zdspb/zds.proto
 
 all: build
 
-## build: compile every package, the daemon and meshlet-cni (which it
-## installs from next to itself in CNI mode) into bin/
+## build: compile every package, the daemon, meshlet-cni and meshlet-gate
+## (which it installs from next to itself: the CNI plugin in CNI mode, the
+## mesh device's container hook with DRA) into bin/
 build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/meshlet ./cmd/meshlet
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-cni ./cmd/meshlet-cni
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-gate ./cmd/meshlet-gate
 
 ## version: print the version make image tags and stamps (git describe
 ## --tags --exact-match, else dev; VERSION=... overrides)

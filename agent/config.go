@@ -128,6 +128,12 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DRA.KubeletRootDir, "kubelet-root-dir", c.DRA.KubeletRootDir, "the kubelet's --root-dir: the DRA plugin registers in its plugins_registry/ and serves from plugins/<driver>/")
 	fs.IntVar(&c.DRA.Slots, "dra-slots", c.DRA.Slots, "publish this many plain mesh devices instead of one shared device, for clusters without the DRAConsumableCapacity feature (at most that many mesh pods per node; 0: one shared device)")
 	fs.StringVar(&c.DRA.PodUID, "pod-uid", c.DRA.PodUID, "meshlet's own pod UID (DaemonSet: downward API metadata.uid); enables the DRA plugin's rolling-update registration")
+	fs.BoolVar(&c.DRA.Gate.Enabled, "gate", c.DRA.Gate.Enabled, "with --dra: add the container gate to the mesh device, a CDI createRuntime hook (meshlet-gate) that refuses each container of a mesh pod that meshlet has not enrolled, on any runtime that applies CDI devices")
+	fs.StringVar(&c.DRA.Gate.CDISpecDir, "cdi-spec-dir", c.DRA.Gate.CDISpecDir, "with --gate: one of the runtime's CDI spec directories; the gate's spec is written there")
+	fs.StringVar(&c.DRA.Gate.HookDir, "gate-hook-dir", c.DRA.Gate.HookDir, "with --gate: the host directory meshlet copies meshlet-gate into; the runtime runs the hook from there")
+	fs.StringVar(&c.DRA.Gate.HookBinary, "gate-hook-binary", c.DRA.Gate.HookBinary, "with --gate: the meshlet-gate binary to copy (default: meshlet-gate next to the meshlet executable)")
+	fs.StringVar(&c.DRA.Gate.Socket, "gate-socket", c.DRA.Gate.Socket, "with --gate: the Unix socket meshlet-gate asks")
+	fs.DurationVar(&c.DRA.Gate.Timeout, "gate-timeout", c.DRA.Gate.Timeout, "with --gate: how long meshlet-gate waits for meshlet's answer before it refuses the container")
 	fs.StringVar(&c.CNI.ConfDir, "cni-conf-dir", c.CNI.ConfDir, "CNI mode: the runtime's CNI configuration directory; meshlet-cni is chained into its primary conflist")
 	fs.StringVar(&c.CNI.BinDir, "cni-bin-dir", c.CNI.BinDir, "CNI mode: the runtime's CNI plugin directory; meshlet-cni is copied there")
 	fs.StringVar(&c.CNI.Socket, "cni-socket", c.CNI.Socket, "CNI mode: the Unix socket meshlet-cni calls (written into its conflist entry as agentSocket)")
@@ -168,7 +174,7 @@ func (c *Config) Validate() error {
 	if c.NRI.SocketPath == "" {
 		return errors.New("--nri-socket must not be empty")
 	}
-	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}, {"--cni-socket", c.CNI.Socket}, {"--health-socket", c.HealthSocket}} {
+	for _, s := range []struct{ flag, path string }{{"--ztunnel-socket", c.ZtunnelSocket}, {"--nri-socket", c.NRI.SocketPath}, {"--cni-socket", c.CNI.Socket}, {"--health-socket", c.HealthSocket}, {"--gate-socket", c.DRA.Gate.Socket}} {
 		if len(s.path) > maxSocketPath {
 			return fmt.Errorf("%s=%q is %d bytes, longer than the %d a Unix socket path may have (sun_path is %d bytes, NUL included)",
 				s.flag, s.path, len(s.path), maxSocketPath, maxSocketPath+1)

@@ -9,6 +9,7 @@ import (
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
+	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -143,6 +144,19 @@ func draPrepareObserver(reg prometheus.Registerer) func(time.Duration) {
 	})
 	reg.MustRegister(prepare)
 	return func(d time.Duration) { prepare.Observe(d.Seconds()) }
+}
+
+// gateObserver counts the container gate's answers by decision.
+func gateObserver(reg prometheus.Registerer) func(gateserver.Decision, time.Duration) {
+	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "meshlet_gate_decisions_total",
+		Help: "Answers to meshlet-gate, the mesh device's container hook, by decision: allowed, refused (the container's pod is not enrolled), invalid (an unreadable request).",
+	}, []string{"decision"})
+	for _, d := range []gateserver.Decision{gateserver.Allowed, gateserver.Refused, gateserver.Invalid} {
+		decisions.WithLabelValues(string(d))
+	}
+	reg.MustRegister(decisions)
+	return func(d gateserver.Decision, _ time.Duration) { decisions.WithLabelValues(string(d)).Inc() }
 }
 
 // registerDRAMetrics adds the DRA kubelet plugin's claim and device metrics.

@@ -18,6 +18,7 @@ import (
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/draplugin"
+	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
 )
@@ -26,7 +27,8 @@ import (
 // ordered: the pod source goes first (no new pods: the NRI plugin, or CNI
 // mode's server), then the DRA kubelet plugin (its device tainted first),
 // then the API watchers, then the checkpoint writer (a last write), then
-// the ZDS server, then the HTTP endpoints, then the node lock, and last
+// the container gate (mesh containers are refused until the next meshlet
+// answers), then the ZDS server, then the HTTP endpoints, then the node lock, and last
 // the health socket (served from start-up: see readiness).
 // Enrolled pods keep their rules: an agent restart or upgrade must not
 // unmesh running pods (the next agent re-adopts them, and ztunnel keeps
@@ -94,6 +96,12 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 		registerDRAMetrics(reg, driver, claims)
+		if cfg.DRA.Gate.Enabled {
+			// Before the plugin serves: a prepared device names the spec.
+			if err := cfg.DRA.InstallGate(); err != nil {
+				return fmt.Errorf("container gate: %w", err)
+			}
+		}
 		// Served before the node lock when it has a socket of its own
 		// (--pod-uid: rolling-update registration): during an update the
 		// kubelet may prepare claims through this meshlet while the
@@ -234,6 +242,15 @@ func Run(ctx context.Context, cfg Config) error {
 		servers = append(servers, s)
 	}
 
+	stopGate := func() {}
+	if dra && cfg.DRA.Gate.Enabled {
+		gate, err := gateserver.Listen(gateserver.Config{SocketPath: cfg.DRA.Gate.Socket, Observe: gateObserver(reg)}, core)
+		if err != nil {
+			return err
+		}
+		defer gate.Close()
+		stopGate = start("container gate", gate.Serve)
+	}
 	stopZDS := start("ztunnel server", func(ctx context.Context) error {
 		zdsServing.Store(true)
 		defer zdsServing.Store(false)
@@ -257,7 +274,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	stopSource := start("pod source", source.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
-		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "version", version.String())
+		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "gate", dra && cfg.DRA.Gate.Enabled, "version", version.String())
 
 	<-root.Done()
 	cause := context.Cause(root)
@@ -285,9 +302,15 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	stopAPI()
 	stopCheckpoint() // writes the final state
+	stopGate()
 	stopZDS()
 	if uninstall {
 		removeNodeState(logger, cfg, redir)
+		if dra && cfg.DRA.Gate.Enabled {
+			if err := cfg.DRA.RemoveGate(); err != nil {
+				logger.Error(err, "Removing the container gate's CDI spec and hook")
+			}
+		}
 	}
 	if ctx.Err() != nil {
 		return nil // asked to stop: a clean shutdown

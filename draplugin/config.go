@@ -41,11 +41,13 @@ type Config struct {
 	// pod), so that whenever two meshlets run on the node both serve the
 	// driver and neither removes the other's registration.
 	PodUID string
+	// Gate is the container gate on the mesh device.
+	Gate GateConfig
 }
 
 // DefaultConfig is on, with the default driver name and kubelet root.
 func DefaultConfig() Config {
-	return Config{Enabled: true, DriverName: DefaultDriverName, KubeletRootDir: "/var/lib/kubelet"}
+	return Config{Enabled: true, DriverName: DefaultDriverName, KubeletRootDir: "/var/lib/kubelet", Gate: DefaultGateConfig()}
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
@@ -70,7 +72,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--pod-uid=%q: not a pod UID (DaemonSet: from the downward API, metadata.uid)", c.PodUID)
 		}
 	}
-	return nil
+	return c.Gate.Validate()
 }
 
 // registryDir is where the kubelet looks for plugin registrations.

@@ -80,6 +80,9 @@ func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (Cl
 			continue
 		}
 		dev := kubeletplugin.Device{Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device, ShareID: r.ShareID}
+		if d.cfg.Gate.Enabled {
+			dev.CDIDeviceIDs = []string{d.cfg.CDIDeviceID()}
+		}
 		ad := AllocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device}
 		if r.ShareID != nil {
 			ad.ShareID = string(*r.ShareID)

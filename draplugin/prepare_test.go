@@ -198,7 +198,10 @@ func TestPrepareValid(t *testing.T) {
 		t.Fatalf("valid claim refused: %v", r.Err)
 	}
 	share := types.UID("share-uid-1")
-	want := []kubeletplugin.Device{{Requests: []string{"mesh"}, PoolName: testNode, DeviceName: DeviceName, ShareID: &share}}
+	// The gate's CDI device goes with it: the runtime runs meshlet-gate
+	// before each of the pod's containers.
+	want := []kubeletplugin.Device{{Requests: []string{"mesh"}, PoolName: testNode, DeviceName: DeviceName, ShareID: &share,
+		CDIDeviceIDs: []string{"mesh.meshlet.dev/mesh=gate"}}}
 	if !reflect.DeepEqual(r.Devices, want) {
 		t.Errorf("devices = %+v, want %+v", r.Devices, want)
 	}

@@ -347,6 +347,20 @@ func (c *Core) Record(uid string) (Record, bool) {
 	return Record{}, false
 }
 
+// RecordInNetns returns the record of the enrolled pod in the network
+// namespace with the given inode. Its IPs slice is shared with the core:
+// do not modify it.
+func (c *Core) RecordInNetns(inode uint64) (Record, bool) {
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	for _, v := range c.view {
+		if v.record != nil && v.record.NetnsInode == inode {
+			return *v.record, true
+		}
+	}
+	return Record{}, false
+}
+
 // Checkpointed reports whether a previous agent's checkpoint holds a
 // record of the pod that no pod has claimed yet: a running pod it names
 // was enrolled before this agent started, so enrolling it now is an

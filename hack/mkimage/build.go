@@ -34,14 +34,16 @@ var Platforms = []Platform{
 	{Arch: "arm64", Variant: "v8", DebArch: "arm64", Triplet: "aarch64-linux-gnu"},
 }
 
-// BinDir is where both binaries go in the image: meshlet's CNI mode takes
-// meshlet-cni from next to its own executable.
+// BinDir is where the binaries go in the image: meshlet takes meshlet-cni
+// (CNI mode) and meshlet-gate (the mesh device's hook) from next to its
+// own executable.
 const BinDir = "usr/local/bin"
 
 // Commands are the binaries the image holds, by package.
 var Commands = []struct{ Name, Pkg string }{
 	{"meshlet", "./cmd/meshlet"},
 	{"meshlet-cni", "./cmd/meshlet-cni"},
+	{"meshlet-gate", "./cmd/meshlet-gate"},
 }
 
 // Binaries are the files of Commands for one platform, by name.

@@ -22,7 +22,7 @@ import (
 // Image facts shared by every build.
 const (
 	Title       = "meshlet"
-	Description = "meshlet, the node agent that enrolls pods into an Istio ambient-style mesh, and meshlet-cni, its CNI plugin"
+	Description = "meshlet, the node agent that enrolls pods into an Istio ambient-style mesh, meshlet-cni, its CNI plugin, and meshlet-gate, its container hook"
 	Source      = "https://github.com/meshlet/meshlet"
 	// License is the SPDX identifier for org.opencontainers.image.licenses;
 	// empty while the repository has no LICENSE (build refuses to leave it

@@ -82,7 +82,7 @@ func buildTwice(t *testing.T) (err error) {
 	if err != nil {
 		return err
 	}
-	t.Logf("cross-built meshlet and meshlet-cni for %d platforms: %s", len(Platforms), time.Since(start).Round(time.Millisecond))
+	t.Logf("cross-built meshlet, meshlet-cni and meshlet-gate for %d platforms: %s", len(Platforms), time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	us, err := Debian{MaxAge: 24 * time.Hour, Logf: t.Logf}.Userspace(ctx, Platforms)
 	if err != nil {

@@ -28,10 +28,11 @@
 //     a few MB per architecture. -iptables=false leaves it out (e.g. on a
 //     host that is not Debian); meshlet --redirect-backend=iptables then
 //     fails at start-up, when it looks the binaries up, not per pod.
-//  3. meshlet: /usr/local/bin/meshlet and /usr/local/bin/meshlet-cni, built
+//  3. meshlet: /usr/local/bin/meshlet, meshlet-cni and meshlet-gate, built
 //     here with CGO_ENABLED=0 -trimpath -ldflags '-s -w -X
-//     .../internal/version.Version=<version>'. meshlet-cni sits next to
-//     meshlet because CNI mode installs it from next to its own executable.
+//     .../internal/version.Version=<version>'. The two small ones sit next
+//     to meshlet because it installs them on the host from next to its own
+//     executable (meshlet-cni in CNI mode, meshlet-gate with the DRA gate).
 //
 // The configuration runs /usr/local/bin/meshlet as User 0:0: meshlet enters
 // pods' network namespaces and programs nftables, which needs root and the

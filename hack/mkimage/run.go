@@ -83,7 +83,7 @@ func build(ctx context.Context, o buildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	o.Logf("built meshlet and meshlet-cni %s for %d platforms in %s", meta.Version, len(Platforms), time.Since(start).Round(time.Millisecond))
+	o.Logf("built meshlet, meshlet-cni and meshlet-gate %s for %d platforms in %s", meta.Version, len(Platforms), time.Since(start).Round(time.Millisecond))
 	in := Inputs{Meta: meta, Binaries: bins}
 	if o.Iptables {
 		start = time.Now()

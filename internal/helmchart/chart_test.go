@@ -324,6 +324,8 @@ var configSamples = map[string]struct {
 	"cni-own-conflist":        {true, "true"},
 	"cni-plugin-binary":       {"/opt/meshlet/meshlet-cni", "/opt/meshlet/meshlet-cni"},
 	"dataplane-mode-label":    {"example.com/mesh", "example.com/mesh"},
+	"gate-hook-binary":        {"/opt/meshlet/meshlet-gate", "/opt/meshlet/meshlet-gate"},
+	"gate-timeout":            {"1500ms", "1.5s"},
 }
 
 // TestChartConfigFlags: the config map takes exactly the daemon's flags;

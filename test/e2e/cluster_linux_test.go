@@ -75,14 +75,21 @@ func TestPodsThroughKubelet(t *testing.T) {
 // at the end of the test).
 func startCluster(t testing.TB, gates map[string]bool) *clusterenv.Cluster {
 	t.Helper()
+	return startClusterWith(t, clusterenv.Options{FeatureGates: gates})
+}
+
+// startClusterWith starts a cluster with opts' feature gates and kubelet
+// settings; the rest is the test environment's.
+func startClusterWith(t testing.TB, opts clusterenv.Options) *clusterenv.Cluster {
+	t.Helper()
 	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/cluster/install.sh prints (`make test` sets it)")
 	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := clusterenv.Start(clusterenv.Options{BinDir: bin, Dir: dir, NetnsPath: theEnv(t).NetnsPath(),
-		CRISocket: theEnv(t).CRISocket, NodeName: env.NodeName, Logf: t.Logf, FeatureGates: gates,
-		RemoveSandboxes: func() error { _, err := theEnv(t).Crictl("rmp", "--all", "--force"); return err }})
+	opts.BinDir, opts.Dir, opts.NetnsPath, opts.CRISocket, opts.NodeName, opts.Logf = bin, dir, theEnv(t).NetnsPath(), theEnv(t).CRISocket, env.NodeName, t.Logf
+	opts.RemoveSandboxes = func() error { _, err := theEnv(t).Crictl("rmp", "--all", "--force"); return err }
+	c, err := clusterenv.Start(opts)
 	if err != nil {
 		t.Fatalf("cluster: %v (logs kept in %s)", err, dir)
 	}
@@ -103,7 +110,13 @@ func startCluster(t testing.TB, gates map[string]bool) *clusterenv.Cluster {
 // waits for the kubelet's first sync).
 func waitPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, cond func(*corev1.Pod) bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	waitPodFor(t, c, p, what, 60*time.Second, cond)
+}
+
+// waitPodFor is waitPod with a deadline of its own.
+func waitPodFor(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, timeout time.Duration, cond func(*corev1.Pod) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	for {
 		got, err := c.Client.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
 		if err == nil && cond(got) {

@@ -110,6 +110,7 @@ func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[
 			"nriSocket": e.NRISocket, "criSocket": e.CRISocket, "cniConfDir": e.CNIConfDir(), "cniBinDir": e.CNIBinDir(),
 			"kubeletDir": c.KubeletRootDir(), "ztunnelSocket": r.zt, "cniSocket": filepath.Join(dir, "cni", "cni.sock"),
 			"netnsDir": netnsDir, "stateDir": r.stateDir, "xtablesLock": filepath.Join(dir, "xtables.lock"),
+			"cdiSpecDir": e.CDISpecDir(), "gateHookDir": e.GateHookDir(), "gateSocket": filepath.Join(dir, "gate", "gate.sock"),
 		},
 		"config": cfg,
 		// The test runtime has NRI on: the check passes and says so.

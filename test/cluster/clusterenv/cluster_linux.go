@@ -46,7 +46,12 @@ type Options struct {
 	// FeatureGates are set on every component (e.g. DRAConsumableCapacity
 	// off, as on clusters of 1.34 and 1.35).
 	FeatureGates map[string]bool
-	Logf         func(format string, args ...any)
+	// MaxContainerRestartPeriod, if set, caps the kubelet's back-off
+	// between tries to start a failing container (the kubelet's
+	// KubeletCrashLoopBackOffMax feature), for tests that wait for a
+	// container refused at start to be tried again.
+	MaxContainerRestartPeriod time.Duration
+	Logf                      func(format string, args ...any)
 }
 
 // featureGates is Options.FeatureGates as a --feature-gates value.
@@ -246,6 +251,9 @@ evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 `, c.opts.CRISocket)
+	if d := c.opts.MaxContainerRestartPeriod; d > 0 {
+		cfg += fmt.Sprintf("featureGates: {KubeletCrashLoopBackOffMax: true}\ncrashLoopBackOff: {maxContainerRestartPeriod: %s}\n", d)
+	}
 	cfgPath := c.path("kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err

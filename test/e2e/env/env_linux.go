@@ -124,8 +124,10 @@ func (e *Env) build() error {
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	e.Meshlet = e.path("bin", "meshlet")
-	// meshlet-cni next to meshlet, where the daemon's CNI mode takes it from.
-	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "meshlet-cni"): "./cmd/meshlet-cni", e.path("bin", "pause"): "./test/e2e/pause"} {
+	// meshlet-cni and meshlet-gate next to meshlet, where the daemon takes
+	// them from.
+	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "meshlet-cni"): "./cmd/meshlet-cni",
+		e.path("bin", "meshlet-gate"): "./cmd/meshlet-gate", e.path("bin", "pause"): "./test/e2e/pause"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -166,6 +168,8 @@ state = %[2]q
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
+  enable_cdi = true
+  cdi_spec_dirs = [%[14]q]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%[12]q, '/usr/lib/cni']
     conf_dir = %[6]q
@@ -188,7 +192,7 @@ state = %[2]q
   plugin_request_timeout = '2s'
   plugin_registration_timeout = '5s'
 %[11]s`, e.path("root"), e.path("state"), e.CRISocket, e.path("ttrpc.sock"), e.path("s"),
-		e.path("cni/net.d"), mustLook("runc"), e.path("runc"), Image, e.NRISocket, validator, e.CNIBinDir(), e.opts.DisableNRI)
+		e.path("cni/net.d"), mustLook("runc"), e.path("runc"), Image, e.NRISocket, validator, e.CNIBinDir(), e.opts.DisableNRI, e.CDISpecDir())
 	if err := os.WriteFile(e.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
@@ -209,8 +213,17 @@ state = %[2]q
 // CNIConfDir and CNIBinDir are containerd's CNI directories (meshlet's
 // --cni-conf-dir and --cni-bin-dir); PrimaryConflist is the pod network's
 // conflist in CNIConfDir, as the environment wrote it.
-func (e *Env) CNIConfDir() string      { return e.path("cni/net.d") }
-func (e *Env) CNIBinDir() string       { return e.path("cni/bin") }
+func (e *Env) CNIConfDir() string { return e.path("cni/net.d") }
+func (e *Env) CNIBinDir() string  { return e.path("cni/bin") }
+
+// CDISpecDir is the runtime's CDI spec directory, meshlet's --cdi-spec-dir.
+func (e *Env) CDISpecDir() string { return e.path("cdi") }
+
+// GateHookDir is where meshlet copies meshlet-gate (--gate-hook-dir).
+func (e *Env) GateHookDir() string { return e.path("gate") }
+
+// GateSocket is meshlet's --gate-socket in the environment.
+func (e *Env) GateSocket() string      { return e.path("gate.sock") }
 func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e.conflist") }
 
 // CNISocket is meshlet's --cni-socket in the environment.

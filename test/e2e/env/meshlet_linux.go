@@ -46,7 +46,9 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 		"--node-name=" + NodeName, "--nri-socket=" + e.NRISocket, "--state-dir=" + e.MeshletStateDir(), "--ztunnel-socket=" + ztunnelSocket,
 		"--health-addr=" + MeshletHealthAddr, "--metrics-addr=127.0.0.1:9881", "-v=2",
 		// Used when meshlet picks CNI mode (containerd without NRI).
-		"--cni-conf-dir=" + e.CNIConfDir(), "--cni-bin-dir=" + e.CNIBinDir(), "--cni-socket=" + e.CNISocket(), "--cri-socket=" + e.CRISocket}, extra...)
+		"--cni-conf-dir=" + e.CNIConfDir(), "--cni-bin-dir=" + e.CNIBinDir(), "--cni-socket=" + e.CNISocket(), "--cri-socket=" + e.CRISocket,
+		// Used with DRA: the container gate.
+		"--cdi-spec-dir=" + e.CDISpecDir(), "--gate-hook-dir=" + e.GateHookDir(), "--gate-socket=" + e.GateSocket()}, extra...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -125,6 +125,10 @@ cni-socket: paths.cniSocket
 kubelet-root-dir: paths.kubeletDir
 dra: dra.enabled
 dra-driver-name: dra.driverName
+gate: dra.gate
+cdi-spec-dir: paths.cdiSpecDir
+gate-hook-dir: paths.gateHookDir
+gate-socket: paths.gateSocket
 {{- end -}}
 
 {{/*
@@ -170,7 +174,7 @@ one directory (and Kubernetes refuses two mounts at one path).
 {{- $paths := include "meshlet.paths" . | fromYaml -}}
 {{- $seen := dict -}}
 {{- $out := list -}}
-{{- range $d := list (list "nri" $paths.nriSocket) (list "ztunnel" $paths.ztunnelSocket) (list "cni-socket" $paths.cniSocket) (list "cri" $paths.criSocket) -}}
+{{- range $d := list (list "nri" $paths.nriSocket) (list "ztunnel" $paths.ztunnelSocket) (list "cni-socket" $paths.cniSocket) (list "gate-socket" $paths.gateSocket) (list "cri" $paths.criSocket) -}}
 {{- $path := dir (index $d 1) -}}
 {{- if not (hasKey $seen $path) -}}
 {{- $_ := set $seen $path true -}}

@@ -1,0 +1,205 @@
+package gate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+)
+
+// Network is the socket type: one message per request and per answer.
+const Network = "unixpacket"
+
+// Version is the wire version both sides speak.
+const Version = 1
+
+// MaxMessageSize bounds a request and an answer.
+const MaxMessageSize = 2048
+
+// maxIDLen bounds the identifiers a request carries (container ids are 64
+// hex characters, pod UIDs 36).
+const maxIDLen = 128
+
+// maxReasonLen bounds an answer's reason.
+const maxReasonLen = 1024
+
+// Request asks whether a container may start: whether a pod in the
+// network namespace with inode NetnsInode is enrolled. PodUID and
+// SandboxID are what the runtime's annotations say about the container's
+// pod, when it says it; the namespace decides.
+type Request struct {
+	Version     int    `json:"version"`
+	NetnsInode  uint64 `json:"netnsInode"`
+	ContainerID string `json:"containerID"`
+	PodUID      string `json:"podUID,omitempty"`
+	SandboxID   string `json:"sandboxID,omitempty"`
+}
+
+// Response is meshlet's answer. Allow false refuses the container; Reason
+// says why (it ends up in the pod's events).
+type Response struct {
+	Version int    `json:"version"`
+	Allow   bool   `json:"allow"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Validate reports the first field that is not acceptable.
+func (r *Request) Validate() error {
+	if r.Version != Version {
+		return fmt.Errorf("version: %d, want %d", r.Version, Version)
+	}
+	if r.NetnsInode == 0 {
+		return errors.New("netnsInode: missing")
+	}
+	if err := checkID("containerID", r.ContainerID, true); err != nil {
+		return err
+	}
+	if err := checkID("podUID", r.PodUID, false); err != nil {
+		return err
+	}
+	return checkID("sandboxID", r.SandboxID, false)
+}
+
+// Validate reports the first field that is not acceptable.
+func (r *Response) Validate() error {
+	if r.Version != Version {
+		return fmt.Errorf("version: %d, want %d", r.Version, Version)
+	}
+	if len(r.Reason) > maxReasonLen {
+		return fmt.Errorf("reason: %d bytes, at most %d", len(r.Reason), maxReasonLen)
+	}
+	if !r.Allow && r.Reason == "" {
+		return errors.New("reason: a refusal must say why")
+	}
+	return nil
+}
+
+// checkID accepts what runtimes use as ids and UIDs: letters, digits,
+// '-', '_' and '.'.
+func checkID(field, v string, required bool) error {
+	if v == "" {
+		if required {
+			return fmt.Errorf("%s: missing", field)
+		}
+		return nil
+	}
+	if len(v) > maxIDLen {
+		return fmt.Errorf("%s: %d characters, at most %d", field, len(v), maxIDLen)
+	}
+	for _, c := range v {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("%s: %q has a character other than letters, digits, '-', '_' and '.'", field, v)
+		}
+	}
+	return nil
+}
+
+// DecodeRequest parses and validates a request; an unknown field, a
+// duplicate or trailing data is refused.
+func DecodeRequest(b []byte) (*Request, error) {
+	var r Request
+	if err := decodeStrict(b, &r); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	return &r, nil
+}
+
+// DecodeResponse parses and validates an answer.
+func DecodeResponse(b []byte) (*Response, error) {
+	var r Response
+	if err := decodeStrict(b, &r); err != nil {
+		return nil, fmt.Errorf("answer: %w", err)
+	}
+	if err := r.Validate(); err != nil {
+		return nil, fmt.Errorf("answer: %w", err)
+	}
+	return &r, nil
+}
+
+func decodeStrict(b []byte, v any) error {
+	if len(b) > MaxMessageSize {
+		return fmt.Errorf("%d bytes, at most %d", len(b), MaxMessageSize)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("data after the message")
+	}
+	return nil
+}
+
+// Ask sends req to meshlet at socketPath and returns its answer, all
+// within timeout. An error means meshlet did not answer (absent, stuck,
+// or broke the protocol).
+func Ask(socketPath string, req *Request, timeout time.Duration) (*Response, error) {
+	req.Version = Version
+	if err := req.Validate(); err != nil {
+		return nil, fmt.Errorf("request: %w", err)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(timeout)
+	conn, err := net.DialTimeout(Network, socketPath, timeout)
+	if err != nil {
+		return nil, fmt.Errorf("connect to meshlet at %s: %w", socketPath, err)
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(deadline); err != nil {
+		return nil, err
+	}
+	if _, err := conn.Write(b); err != nil {
+		return nil, fmt.Errorf("send to meshlet: %w", err)
+	}
+	msg, err := ReadMessage(conn)
+	if err != nil {
+		return nil, fmt.Errorf("meshlet's answer: %w", err)
+	}
+	return DecodeResponse(msg)
+}
+
+// WriteResponse sends meshlet's answer.
+func WriteResponse(conn net.Conn, resp *Response) error {
+	resp.Version = Version
+	if len(resp.Reason) > maxReasonLen {
+		resp.Reason = resp.Reason[:maxReasonLen]
+	}
+	if err := resp.Validate(); err != nil {
+		return fmt.Errorf("answer: %w", err)
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	if len(b) > MaxMessageSize {
+		return fmt.Errorf("answer of %d bytes, at most %d", len(b), MaxMessageSize)
+	}
+	_, err = conn.Write(b)
+	return err
+}
+
+// ReadMessage reads one message, refusing one larger than MaxMessageSize
+// (a SEQPACKET read truncates silently; the extra byte shows it).
+func ReadMessage(conn net.Conn) ([]byte, error) {
+	buf := make([]byte, MaxMessageSize+1)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, errors.New("connection closed without a message")
+	}
+	if n > MaxMessageSize {
+		return nil, fmt.Errorf("message larger than %d bytes", MaxMessageSize)
+	}
+	return buf[:n], nil
+}

@@ -1,0 +1,44 @@
+// Package importcheck holds a test helper for packages that small
+// binaries link (meshlet-cni, meshlet-gate): they must import the standard
+// library only.
+package importcheck
+
+import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// StandardLibraryOnly fails t for every import outside the standard
+// library in the non-test Go files of the current directory (a test's
+// working directory is its package's).
+func StandardLibraryOnly(t *testing.T, why string) {
+	t.Helper()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range file.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s: %s", f, path, why)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no imports read: the test reads nothing")
+	}
+}
