@@ -244,6 +244,23 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 		fmt.Printf("    prepared by meshlet: %s/%s in %s (settings: %s)\n", pc.Namespace, pc.Name,
 			filepath.Join("<state-dir>", draplugin.ClaimsFileName), settings(pc.Settings.DNSCapture, pc.Settings.InboundCapture))
 	}
+	// The container gate: the prepared device named its CDI device, and the
+	// runtime ran meshlet-gate before the app container started.
+	_, page, err := m.Get("http://127.0.0.1:9881/metrics")
+	if err != nil {
+		return err
+	}
+	allowed := ""
+	for _, line := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(line, `meshlet_gate_decisions_total{decision="allowed"} `); ok {
+			allowed = v
+		}
+	}
+	if allowed == "" || allowed == "0" {
+		return fmt.Errorf("the container gate answered no container (meshlet_gate_decisions_total allowed %q)", allowed)
+	}
+	fmt.Printf("    container gate: CDI device %s/mesh=gate; the runtime ran meshlet-gate before the app container, meshlet answered allowed (meshlet_gate_decisions_total{decision=\"allowed\"} %s)\n",
+		driver, allowed)
 
 	// ztunnel's view, and the rules in the pod.
 	sandbox, err := e.Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(pod.UID))
