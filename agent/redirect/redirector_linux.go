@@ -18,6 +18,7 @@ type Redirector struct {
 	cfg     Config
 	backend podBackend
 	host    hostSNAT
+	probe   *probeSNAT // host, as enrollments change it
 }
 
 var _ enroll.Redirector = (*Redirector)(nil)
@@ -47,6 +48,7 @@ func New(cfg Config) (*Redirector, error) {
 	default:
 		return nil, fmt.Errorf("unknown redirect backend %q", cfg.Backend)
 	}
+	r.probe = newProbeSNAT(r.host)
 	return r, nil
 }
 
@@ -129,7 +131,7 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 	var routeErr, hostErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
-	wg.Go(func() { hostErr = r.host.Add(ips) })
+	wg.Go(func() { hostErr = r.probe.add(ips) })
 	var ruleErr error
 	if adoptable && r.rulesPresent(fd) {
 		logger.V(2).Info("Kept the redirection a previous agent applied", "plan", p)
@@ -140,7 +142,7 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 	if err := errors.Join(routeErr, ruleErr, hostErr); err != nil {
 		errs := []error{err}
 		if hostErr == nil {
-			if err := r.host.Delete(ips); err != nil {
+			if err := r.probe.delete(ips); err != nil {
 				errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
 			}
 		}
@@ -164,7 +166,7 @@ func (r *Redirector) rulesPresent(fd int) bool {
 // Remove undoes Apply. RemoveHostOnly never touches the pod's netns.
 func (r *Redirector) Remove(_ context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
 	var errs []error
-	if err := r.host.Delete(w.IPs); err != nil {
+	if err := r.probe.delete(w.IPs); err != nil {
 		errs = append(errs, err)
 	}
 	if scope == enroll.RemoveAll {
@@ -177,8 +179,10 @@ func (r *Redirector) Remove(_ context.Context, w *enroll.Workload, scope enroll.
 
 // RetainNodeState drops node-side state (probe SNAT addresses) of every pod
 // not in keep: call it once the running pods are known (after the runtime's
-// Synchronize), to clean up after pods removed while no agent ran.
-func (r *Redirector) RetainNodeState(keep []netip.Addr) error { return r.host.Retain(keep) }
+// Synchronize), to clean up after pods removed while no agent ran. An
+// address this redirector added and has not deleted is kept too, so a pod
+// enrolled while keep was being computed keeps its entry.
+func (r *Redirector) RetainNodeState(keep []netip.Addr) error { return r.probe.retain(keep) }
 
 // Close releases the redirector's resources and leaves every rule in place
 // (an agent restart must not unmesh running pods).
