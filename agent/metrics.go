@@ -147,7 +147,7 @@ func draPrepareObserver(reg prometheus.Registerer) func(time.Duration) {
 }
 
 // gateObserver counts the container gate's answers by decision.
-func gateObserver(reg prometheus.Registerer) func(gateserver.Decision, time.Duration) {
+func gateObserver(reg prometheus.Registerer) func(gateserver.Decision) {
 	decisions := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "meshlet_gate_decisions_total",
 		Help: "Answers to meshlet-gate, the mesh device's container hook, by decision: allowed, refused (the container's pod is not enrolled), invalid (an unreadable request).",
@@ -156,7 +156,7 @@ func gateObserver(reg prometheus.Registerer) func(gateserver.Decision, time.Dura
 		decisions.WithLabelValues(string(d))
 	}
 	reg.MustRegister(decisions)
-	return func(d gateserver.Decision, _ time.Duration) { decisions.WithLabelValues(string(d)).Inc() }
+	return func(d gateserver.Decision) { decisions.WithLabelValues(string(d)).Inc() }
 }
 
 // registerDRAMetrics adds the DRA kubelet plugin's claim and device metrics.

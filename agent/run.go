@@ -28,8 +28,8 @@ import (
 // mode's server), then the DRA kubelet plugin (its device tainted first),
 // then the API watchers, then the checkpoint writer (a last write), then
 // the container gate (mesh containers are refused until the next meshlet
-// answers), then the ZDS server, then the HTTP endpoints, then the node lock, and last
-// the health socket (served from start-up: see readiness).
+// answers), then the ZDS server, then the HTTP endpoints, then the node
+// lock, and last the health socket (served from start-up: see readiness).
 // Enrolled pods keep their rules: an agent restart or upgrade must not
 // unmesh running pods (the next agent re-adopts them, and ztunnel keeps
 // proxying meanwhile). Only when meshlet's DaemonSet is deleted does a
@@ -99,7 +99,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if cfg.DRA.Gate.Enabled {
 			// Before the plugin serves: a prepared device names the spec.
 			if err := cfg.DRA.InstallGate(); err != nil {
-				return fmt.Errorf("container gate: %w", err)
+				return fmt.Errorf("container gate (--gate=false turns it off): %w", err)
 			}
 		}
 		// Served before the node lock when it has a socket of its own
@@ -135,6 +135,13 @@ func Run(ctx context.Context, cfg Config) error {
 		return stopped(ctx, root, err)
 	}
 	ready.lockHeld.Store(true)
+	if dra && cfg.DRA.Gate.Enabled {
+		// Again: a meshlet uninstalled just before this one took the node
+		// removed the spec and the hook on its way out.
+		if err := cfg.DRA.InstallGate(); err != nil {
+			return fmt.Errorf("container gate (--gate=false turns it off): %w", err)
+		}
+	}
 	if driver != nil && cfg.DRA.PodUID == "" {
 		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
 	}
@@ -243,8 +250,10 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	stopGate := func() {}
-	if dra && cfg.DRA.Gate.Enabled {
-		gate, err := gateserver.Listen(gateserver.Config{SocketPath: cfg.DRA.Gate.Socket, Observe: gateObserver(reg)}, core)
+	if dra {
+		// Also with --gate=false: containers of pods prepared while the
+		// gate was on carry its device, and must keep starting.
+		gate, err := gateserver.Listen(gateserver.Config{SocketPath: cfg.DRA.Gate.Socket, Timeout: cfg.DRA.Gate.Timeout, Observe: gateObserver(reg)}, core)
 		if err != nil {
 			return err
 		}
@@ -306,7 +315,7 @@ func Run(ctx context.Context, cfg Config) error {
 	stopZDS()
 	if uninstall {
 		removeNodeState(logger, cfg, redir)
-		if dra && cfg.DRA.Gate.Enabled {
+		if dra {
 			if err := cfg.DRA.RemoveGate(); err != nil {
 				logger.Error(err, "Removing the container gate's CDI spec and hook")
 			}

@@ -72,7 +72,10 @@ func (c Config) Validate() error {
 			return fmt.Errorf("--pod-uid=%q: not a pod UID (DaemonSet: from the downward API, metadata.uid)", c.PodUID)
 		}
 	}
-	return c.Gate.Validate()
+	if err := c.Gate.Validate(); err != nil {
+		return err
+	}
+	return c.validateCDIVendor()
 }
 
 // registryDir is where the kubelet looks for plugin registrations.

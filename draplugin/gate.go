@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"time"
 
@@ -24,8 +25,10 @@ const (
 	cdiClass = "mesh"
 	// cdiDevice is the CDI device every mesh container gets.
 	cdiDevice = "gate"
-	// cdiVersion is the CDI spec version written: hooks with a timeout.
-	cdiVersion = "0.6.0"
+	// cdiVersion is the CDI spec version written: the oldest that has
+	// everything the spec uses (device edits with hooks), so that runtimes
+	// with an older CDI library read it too.
+	cdiVersion = "0.3.0"
 	// tempPrefix begins the temporary files of atomic writes: the ".tmp-…"
 	// ending keeps them out of the runtime's scan of *.json specs.
 	tempPrefix = ".meshlet-"
@@ -35,7 +38,9 @@ const (
 // createRuntime hook (meshlet-gate) refuses a container of a mesh pod
 // that is not enrolled.
 type GateConfig struct {
-	// Enabled adds the gate to every prepared mesh device.
+	// Enabled adds the gate to every prepared mesh device. Off, meshlet
+	// still answers on Socket: containers of pods prepared while it was
+	// on keep starting.
 	Enabled bool
 	// CDISpecDir is one of the runtime's CDI spec directories (containerd
 	// 2.x and CRI-O read /etc/cdi and /var/run/cdi).
@@ -73,6 +78,19 @@ func (g GateConfig) Validate() error {
 	}
 	if g.Timeout < 100*time.Millisecond || g.Timeout > 10*time.Second {
 		return fmt.Errorf("--gate-timeout=%v: want 100ms to 10s (each container start of a mesh pod waits at most this long for meshlet)", g.Timeout)
+	}
+	return nil
+}
+
+// validateCDIVendor: with the gate, the driver name is also the CDI
+// vendor, which must begin with a letter (a DNS subdomain may begin with
+// a digit).
+func (c Config) validateCDIVendor() error {
+	if !c.Gate.Enabled || c.DriverName == "" {
+		return nil
+	}
+	if ch := c.DriverName[0]; ch < 'a' || ch > 'z' {
+		return fmt.Errorf("--dra-driver-name=%q: with --gate it is the CDI vendor of the gate's device, which must begin with a letter", c.DriverName)
 	}
 	return nil
 }
@@ -146,6 +164,9 @@ func (c Config) InstallGate() error {
 	if err := writeIfChanged(g.HookDir, GateBinaryName, bin, 0o755); err != nil {
 		return fmt.Errorf("--gate-hook-dir: %w", err)
 	}
+	if err := checkHookRuns(filepath.Join(g.HookDir, GateBinaryName)); err != nil {
+		return fmt.Errorf("--gate-hook-dir: %w", err)
+	}
 	spec, err := c.CDISpec()
 	if err != nil {
 		return err
@@ -166,6 +187,19 @@ func (c Config) RemoveGate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkHookRuns runs the installed hook with -h, which only prints its
+// usage: a directory mounted noexec, a binary for another architecture or
+// a truncated copy fails here, at start-up, instead of at each container
+// start.
+func checkHookRuns(path string) error {
+	out, err := exec.Command(path, "-h").CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) && exit.ExitCode() == gate.ExitUsage && bytes.Contains(out, []byte("-socket")) {
+		return nil
+	}
+	return fmt.Errorf("%s does not run here (-h: %v): %q", path, err, out)
 }
 
 // writeIfChanged atomically writes dir/name (dir created 0755 if missing)

@@ -16,7 +16,9 @@ func gateConfig(t *testing.T) Config {
 	if err := os.MkdirAll(filepath.Dir(src), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(src, []byte("#!/bin/sh\nexit 0\n"), 0o700); err != nil {
+	// A stand-in for meshlet-gate that answers -h as it does (usage,
+	// exit 2); the end-to-end tests install the real one.
+	if err := os.WriteFile(src, []byte("#!/bin/sh\necho '  -socket string'\nexit 2\n"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	c := DefaultConfig()
@@ -121,6 +123,20 @@ func TestInstallGateMissingBinary(t *testing.T) {
 	}
 }
 
+// TestInstallGateHookMustRun: a hook that does not run on this node (here
+// one that is not meshlet-gate at all) is refused at start-up, not found
+// at each container start.
+func TestInstallGateHookMustRun(t *testing.T) {
+	c := gateConfig(t)
+	if err := os.WriteFile(c.Gate.HookBinary, []byte("\x7fELF garbage"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err := c.InstallGate()
+	if err == nil || !strings.Contains(err.Error(), "does not run here") {
+		t.Fatalf("err %v, want a refusal saying the hook does not run", err)
+	}
+}
+
 // TestGateConfigValidate: each bad setting is refused naming its flag.
 func TestGateConfigValidate(t *testing.T) {
 	for name, tc := range map[string]struct {
@@ -143,6 +159,11 @@ func TestGateConfigValidate(t *testing.T) {
 		})
 	}
 	c := DefaultConfig()
+	c.DriverName = "1mesh.example.com" // a DNS subdomain, not a CDI vendor
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "CDI vendor") {
+		t.Fatalf("driver name starting with a digit: %v, want a refusal naming the CDI vendor rule", err)
+	}
+	c = DefaultConfig()
 	c.Gate = GateConfig{Timeout: -1} // off: nothing else is checked
 	if err := c.Validate(); err != nil {
 		t.Fatalf("gate off: %v", err)

@@ -366,10 +366,20 @@ func (c *Core) RecordInNetns(inode uint64) (Record, bool) {
 // was enrolled before this agent started, so enrolling it now is an
 // adoption, not a late enrollment.
 func (c *Core) Checkpointed(uid string) bool {
+	_, ok := c.CheckpointedRecord(uid)
+	return ok
+}
+
+// CheckpointedRecord is the previous agent's record of a pod that no pod
+// has claimed yet (see Checkpointed). Its IPs slice is shared with the
+// core: do not modify it.
+func (c *Core) CheckpointedRecord(uid string) (Record, bool) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	_, ok := c.checkpointed[uid]
-	return ok
+	if r := c.checkpointed[uid]; r != nil {
+		return *r, true
+	}
+	return Record{}, false
 }
 
 // Generation moves whenever what a checkpoint should hold changed: a record

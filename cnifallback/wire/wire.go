@@ -1,14 +1,13 @@
 package wire
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/netip"
 	"path/filepath"
 	"strings"
+
+	"github.com/meshlet/meshlet/internal/strictjson"
 )
 
 // Version is the protocol's version; both sides refuse another.
@@ -176,71 +175,15 @@ func decodeStrict(b []byte, v any) error {
 	if len(b) > MaxMessageSize {
 		return fmt.Errorf("message of %d bytes, at most %d", len(b), MaxMessageSize)
 	}
-	if err := noRepeatedFields(b); err != nil {
-		return err
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("malformed message: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	err := strictjson.Decode(b, v)
+	var repeated *strictjson.RepeatedFieldError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &repeated):
+		return &FieldError{Field: repeated.Field, Reason: "given twice"}
+	case errors.Is(err, strictjson.ErrTrailingData):
 		return errors.New("malformed message: data after the JSON object")
 	}
-	return nil
-}
-
-// noRepeatedFields refuses an object (at any depth) that names a field
-// twice: encoding/json would silently keep the last.
-func noRepeatedFields(b []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	type frame struct {
-		object bool
-		seen   map[string]bool
-		key    bool // the next string token is a key
-	}
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return nil // malformed: the decoder reports it
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.object && top.key {
-			if k, ok := tok.(string); ok {
-				if top.seen[k] {
-					return &FieldError{Field: k, Reason: "given twice"}
-				}
-				top.seen[k] = true
-				top.key = false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'):
-			if top != nil && top.object {
-				top.key = true
-			}
-			stack = append(stack, &frame{object: true, seen: map[string]bool{}, key: true})
-			continue
-		case json.Delim('['):
-			if top != nil && top.object {
-				top.key = true
-			}
-			stack = append(stack, &frame{})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			continue
-		}
-		if top != nil && top.object {
-			top.key = true // a value ends: a key comes next
-		}
-	}
+	return fmt.Errorf("malformed message: %w", err)
 }

@@ -1,6 +1,7 @@
 // Package gate is meshlet's container gate: an OCI createRuntime hook
-// that the mesh device's CDI spec adds to every container of a pod that
-// asked for the mesh (by extended resource or by claim). The runtime runs
+// that the mesh device's CDI spec adds to each container that asked for
+// the mesh (referencing the mesh claim, or requesting the extended
+// resource). The runtime runs
 // it once per container start, before the container's process runs, with
 // the container's OCI state on stdin. The hook finds the pod's network
 // namespace (/proc/<pid>/ns/net of the container's init) and asks the

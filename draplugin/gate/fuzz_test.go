@@ -38,6 +38,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	b, _ := json.Marshal(Request{Version: Version, NetnsInode: 4026532281, ContainerID: "4f1e0c", PodUID: "6c1f3a52-8d0e-4c7b-9f2a-1e5d7b3c9a40", SandboxID: "9a8b"})
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"netnsInode":1,"containerID":"c","containerID":"d"}`))
+	f.Add([]byte(`{"version":1,"netnsInode":1,"containerID":"c","podUID":"web","podUID":""}`))
+	f.Add([]byte(`{"version":1,"netnsInode":1,"containerID":"c"}}`))
 	f.Add([]byte(`{"version":1,"netnsInode":18446744073709551616,"containerID":"c"}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {

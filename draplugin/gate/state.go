@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 )
 
 // MaxStateSize bounds the OCI state the hook reads: it carries every
@@ -52,7 +53,9 @@ func ParseState(b []byte) (State, error) {
 	if err := dec.Decode(&s); err != nil {
 		return State{}, fmt.Errorf("OCI state: %w", err)
 	}
-	if dec.More() {
+	// Unknown fields are the runtime's to add; data after the document is
+	// not. (Not dec.More(): it is false before a stray '}'.)
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return State{}, errors.New("OCI state: data after the document")
 	}
 	switch {

@@ -49,6 +49,7 @@ func TestParseStateRefusals(t *testing.T) {
 		"id with a slash":    {`{"ociVersion":"1.2.1","id":"../x","pid":1}`, `id: "../x"`},
 		"pod UID with space": {`{"ociVersion":"1.2.1","id":"c","pid":1,"annotations":{"io.kubernetes.cri.sandbox-uid":"a b"}}`, "io.kubernetes.cri.sandbox-uid"},
 		"trailing data":      {`{"ociVersion":"1.2.1","id":"c","pid":1} {}`, "data after the document"},
+		"stray brace":        {`{"ociVersion":"1.2.1","id":"c","pid":1}}`, "data after the document"},
 		"too large":          {`{"ociVersion":"1.2.1","id":"c","pid":1,"bundle":"` + strings.Repeat("x", MaxStateSize) + `"}`, "at most"},
 	} {
 		t.Run(name, func(t *testing.T) {

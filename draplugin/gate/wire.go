@@ -1,12 +1,14 @@
 package gate
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
+
+	"github.com/meshlet/meshlet/internal/strictjson"
 )
 
 // Network is the socket type: one message per request and per answer.
@@ -96,8 +98,8 @@ func checkID(field, v string, required bool) error {
 	return nil
 }
 
-// DecodeRequest parses and validates a request; an unknown field, a
-// duplicate or trailing data is refused.
+// DecodeRequest parses and validates a request; an unknown field, a field
+// given twice or data after the message is refused.
 func DecodeRequest(b []byte) (*Request, error) {
 	var r Request
 	if err := decodeStrict(b, &r); err != nil {
@@ -125,15 +127,7 @@ func decodeStrict(b []byte, v any) error {
 	if len(b) > MaxMessageSize {
 		return fmt.Errorf("%d bytes, at most %d", len(b), MaxMessageSize)
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("data after the message")
-	}
-	return nil
+	return strictjson.Decode(b, v)
 }
 
 // Ask sends req to meshlet at socketPath and returns its answer, all
@@ -146,7 +140,7 @@ func Ask(socketPath string, req *Request, timeout time.Duration) (*Response, err
 	}
 	b, err := json.Marshal(req)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("request: %w", err)
 	}
 	deadline := time.Now().Add(timeout)
 	conn, err := net.DialTimeout(Network, socketPath, timeout)
@@ -155,7 +149,7 @@ func Ask(socketPath string, req *Request, timeout time.Duration) (*Response, err
 	}
 	defer conn.Close()
 	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("connection to meshlet: %w", err)
 	}
 	if _, err := conn.Write(b); err != nil {
 		return nil, fmt.Errorf("send to meshlet: %w", err)
@@ -167,24 +161,29 @@ func Ask(socketPath string, req *Request, timeout time.Duration) (*Response, err
 	return DecodeResponse(msg)
 }
 
-// WriteResponse sends meshlet's answer.
+// WriteResponse sends meshlet's answer. A reason too long for one message
+// (escaping can double it) is shortened: a refusal must reach the hook,
+// or it reports that meshlet did not answer.
 func WriteResponse(conn net.Conn, resp *Response) error {
 	resp.Version = Version
 	if len(resp.Reason) > maxReasonLen {
 		resp.Reason = resp.Reason[:maxReasonLen]
 	}
-	if err := resp.Validate(); err != nil {
-		return fmt.Errorf("answer: %w", err)
+	for {
+		resp.Reason = strings.ToValidUTF8(resp.Reason, "")
+		if err := resp.Validate(); err != nil {
+			return fmt.Errorf("answer: %w", err)
+		}
+		b, err := json.Marshal(resp)
+		if err != nil {
+			return fmt.Errorf("answer: %w", err)
+		}
+		if len(b) <= MaxMessageSize {
+			_, err = conn.Write(b)
+			return err
+		}
+		resp.Reason = resp.Reason[:len(resp.Reason)/2] + "…"
 	}
-	b, err := json.Marshal(resp)
-	if err != nil {
-		return err
-	}
-	if len(b) > MaxMessageSize {
-		return fmt.Errorf("answer of %d bytes, at most %d", len(b), MaxMessageSize)
-	}
-	_, err = conn.Write(b)
-	return err
 }
 
 // ReadMessage reads one message, refusing one larger than MaxMessageSize

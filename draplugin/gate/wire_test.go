@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -15,7 +16,9 @@ func TestDecodeRequestRefusals(t *testing.T) {
 		"unknown field":     {`{"version":1,"netnsInode":1,"containerID":"c","pid":3}`, `unknown field "pid"`},
 		"pod UID traversal": {`{"version":1,"netnsInode":1,"containerID":"c","podUID":"../../etc"}`, "podUID"},
 		"long sandbox":      {`{"version":1,"netnsInode":1,"containerID":"c","sandboxID":"` + strings.Repeat("a", 129) + `"}`, "sandboxID: 129 characters"},
-		"two documents":     {`{"version":1,"netnsInode":1,"containerID":"c"}{}`, "data after the message"},
+		"two documents":     {`{"version":1,"netnsInode":1,"containerID":"c"}{}`, "data after the JSON value"},
+		"stray brace":       {`{"version":1,"netnsInode":1,"containerID":"c"}}`, "data after the JSON value"},
+		"pod UID twice":     {`{"version":1,"netnsInode":1,"containerID":"c","podUID":"web","podUID":""}`, "podUID: given twice"},
 		"inode as string":   {`{"version":1,"netnsInode":"1","containerID":"c"}`, "netnsInode"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -42,5 +45,28 @@ func TestDecodeResponseRefusals(t *testing.T) {
 	}
 	if r, err := DecodeResponse([]byte(`{"version":1,"allow":true}`)); err != nil || !r.Allow {
 		t.Fatalf("allow: %+v, %v", r, err)
+	}
+}
+
+// TestLongRefusalReachesTheHook: a refusal whose reason escapes to more
+// than a message holds is shortened, not dropped (a dropped answer reads
+// as "meshlet did not answer").
+func TestLongRefusalReachesTheHook(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	done := make(chan error, 1)
+	go func() { done <- WriteResponse(a, &Response{Reason: strings.Repeat("<\u0001>", 400)}) }()
+	buf := make([]byte, MaxMessageSize+1)
+	n, err := b.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	resp, err := DecodeResponse(buf[:n])
+	if err != nil || resp.Allow || resp.Reason == "" {
+		t.Fatalf("answer %+v, %v; want a refusal with a reason", resp, err)
 	}
 }

@@ -16,9 +16,8 @@ import (
 // BenchmarkHookExec is what the gate adds to a mesh container's start:
 // the runtime forks and runs the meshlet-gate binary (built here as
 // `make build` does), which reads the state, finds the namespace, asks
-// meshlet and exits. The goal is at most 5 ms. Two floors run beside it,
-// for machines where process creation alone costs more: an empty Go
-// program (the runtime's start-up) and /bin/true.
+// meshlet and exits. Two floors run beside it: an empty Go program (the
+// Go runtime's start-up) and /bin/true (process creation alone).
 func BenchmarkHookExec(b *testing.B) {
 	privtest.RequireRoot(b)
 	dir := b.TempDir()

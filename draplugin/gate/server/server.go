@@ -20,6 +20,10 @@ type Enrollments interface {
 	Record(uid string) (enroll.Record, bool)
 	RecordInNetns(inode uint64) (enroll.Record, bool)
 	Status(uid string) (enroll.PodStatus, bool)
+	// CheckpointedRecord is the previous meshlet's record of a pod this
+	// one has not adopted yet (it adopts running pods once the runtime
+	// lists them).
+	CheckpointedRecord(uid string) (enroll.Record, bool)
 }
 
 var _ Enrollments = (*enroll.Core)(nil)
@@ -43,8 +47,9 @@ type Config struct {
 	Timeout time.Duration
 	// MaxConcurrent bounds the requests served at once; more wait.
 	MaxConcurrent int
-	// Observe, if set, sees every request's decision and how long it took.
-	Observe func(Decision, time.Duration)
+	// Observe, if set, sees every request's decision, before the answer
+	// is sent.
+	Observe func(Decision)
 }
 
 // Server answers meshlet-gate.
@@ -116,8 +121,7 @@ func (s *Server) Serve(ctx context.Context) error {
 
 // serve answers one connection's request.
 func (s *Server) serve(logger klog.Logger, conn net.Conn) {
-	start := time.Now()
-	_ = conn.SetDeadline(start.Add(s.cfg.Timeout))
+	_ = conn.SetDeadline(time.Now().Add(s.cfg.Timeout))
 	msg, err := gate.ReadMessage(conn)
 	var req *gate.Request
 	if err == nil {
@@ -125,8 +129,8 @@ func (s *Server) serve(logger klog.Logger, conn net.Conn) {
 	}
 	if err != nil {
 		logger.Info("Refused a gate request", "err", err)
+		s.observe(Invalid)
 		_ = gate.WriteResponse(conn, &gate.Response{Reason: err.Error()})
-		s.observe(Invalid, start)
 		return
 	}
 	resp := s.Decide(req)
@@ -138,15 +142,15 @@ func (s *Server) serve(logger klog.Logger, conn net.Conn) {
 	} else {
 		logger.V(4).Info("Container allowed", "container", req.ContainerID, "podUID", req.PodUID, "netnsInode", req.NetnsInode)
 	}
+	s.observe(decision)
 	if err := gate.WriteResponse(conn, resp); err != nil {
 		logger.Info("Answering a gate request", "container", req.ContainerID, "err", err)
 	}
-	s.observe(decision, start)
 }
 
-func (s *Server) observe(d Decision, start time.Time) {
+func (s *Server) observe(d Decision) {
 	if s.cfg.Observe != nil {
-		s.cfg.Observe(d, time.Since(start))
+		s.cfg.Observe(d)
 	}
 }
 
@@ -162,6 +166,12 @@ func (s *Server) Decide(req *gate.Request) *gate.Response {
 	}
 	rec, ok := s.pods.Record(req.PodUID)
 	if !ok {
+		// Just restarted: the previous meshlet enrolled the pod in this
+		// namespace, its rules and ztunnel's entry are in place, and this
+		// meshlet adopts it as soon as the runtime lists it.
+		if prev, ok := s.pods.CheckpointedRecord(req.PodUID); ok && prev.NetnsInode == req.NetnsInode {
+			return &gate.Response{Allow: true}
+		}
 		st, known := s.pods.Status(req.PodUID)
 		if !known {
 			return &gate.Response{Reason: fmt.Sprintf("meshlet has not enrolled pod %s: no runtime hook or CNI call reached it for this pod", req.PodUID)}

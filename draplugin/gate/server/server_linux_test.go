@@ -34,9 +34,10 @@ func TestMain(m *testing.M) {
 // the server reads: a map of records and states, so that each test names
 // the pods it needs. The end-to-end tests answer from the real core.
 type view struct {
-	mu      sync.Mutex
-	records map[string]enroll.Record
-	states  map[string]enroll.PodStatus
+	mu           sync.Mutex
+	records      map[string]enroll.Record
+	states       map[string]enroll.PodStatus
+	checkpointed map[string]enroll.Record
 }
 
 func (v *view) Record(uid string) (enroll.Record, bool) {
@@ -57,6 +58,13 @@ func (v *view) RecordInNetns(inode uint64) (enroll.Record, bool) {
 	return enroll.Record{}, false
 }
 
+func (v *view) CheckpointedRecord(uid string) (enroll.Record, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	r, ok := v.checkpointed[uid]
+	return r, ok
+}
+
 func (v *view) Status(uid string) (enroll.PodStatus, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -71,7 +79,7 @@ type decisions struct {
 	got []server.Decision
 }
 
-func (d *decisions) observe(dec server.Decision, _ time.Duration) {
+func (d *decisions) observe(dec server.Decision) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.got = append(d.got, dec)
@@ -144,6 +152,10 @@ func TestHookAsksMeshlet(t *testing.T) {
 			"web-uid":    {UID: "web-uid", Name: "web", Namespace: "apps", State: enroll.StateEnrolled},
 			"failed-uid": {UID: "failed-uid", Name: "db", Namespace: "apps", State: enroll.StateFailed, Reason: "netns: the pod's IPs are not on any of its interfaces: 10.0.0.9"},
 		},
+		checkpointed: map[string]enroll.Record{
+			"adopting-uid":  {UID: "adopting-uid", NetnsInode: ino},
+			"elsewhere-uid": {UID: "elsewhere-uid", NetnsInode: ino + 1},
+		},
 	}
 	s, d := serve(t, v)
 	for _, tc := range []struct {
@@ -155,6 +167,8 @@ func TestHookAsksMeshlet(t *testing.T) {
 		{"the enrolled pod", state("web-uid"), gate.ExitAllowed, ""},
 		{"no pod UID: the namespace decides", state(""), gate.ExitAllowed, ""},
 		{"a pod meshlet never saw", state("ghost-uid"), gate.ExitRefused, "meshlet has not enrolled pod ghost-uid"},
+		{"a pod the previous meshlet enrolled here, not yet adopted", state("adopting-uid"), gate.ExitAllowed, ""},
+		{"a pod the previous meshlet enrolled elsewhere", state("elsewhere-uid"), gate.ExitRefused, "meshlet has not enrolled pod elsewhere-uid"},
 		{"a pod whose enrollment failed", state("failed-uid"), gate.ExitRefused, "pod apps/db is not in the mesh: failed (netns: the pod's IPs"},
 		{"a malformed state", []byte(`{"ociVersion":"1.2.1","id":"c"}`), gate.ExitRefused, "pid: missing"},
 	} {
@@ -178,7 +192,7 @@ func TestHookAsksMeshlet(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	got := d.list()
-	want := []server.Decision{server.Allowed, server.Allowed, server.Refused, server.Refused, server.Refused, server.Refused}
+	want := []server.Decision{server.Allowed, server.Allowed, server.Refused, server.Allowed, server.Refused, server.Refused, server.Refused, server.Refused}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("decisions %v, want %v (the malformed state never reaches meshlet)", got, want)
 	}

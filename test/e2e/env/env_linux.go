@@ -168,7 +168,6 @@ state = %[2]q
 [plugins.'io.containerd.cri.v1.runtime']
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
-  enable_cdi = true
   cdi_spec_dirs = [%[14]q]
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = [%[12]q, '/usr/lib/cni']
@@ -213,8 +212,9 @@ state = %[2]q
 // CNIConfDir and CNIBinDir are containerd's CNI directories (meshlet's
 // --cni-conf-dir and --cni-bin-dir); PrimaryConflist is the pod network's
 // conflist in CNIConfDir, as the environment wrote it.
-func (e *Env) CNIConfDir() string { return e.path("cni/net.d") }
-func (e *Env) CNIBinDir() string  { return e.path("cni/bin") }
+func (e *Env) CNIConfDir() string      { return e.path("cni/net.d") }
+func (e *Env) CNIBinDir() string       { return e.path("cni/bin") }
+func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e.conflist") }
 
 // CDISpecDir is the runtime's CDI spec directory, meshlet's --cdi-spec-dir.
 func (e *Env) CDISpecDir() string { return e.path("cdi") }
@@ -223,8 +223,7 @@ func (e *Env) CDISpecDir() string { return e.path("cdi") }
 func (e *Env) GateHookDir() string { return e.path("gate") }
 
 // GateSocket is meshlet's --gate-socket in the environment.
-func (e *Env) GateSocket() string      { return e.path("gate.sock") }
-func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e.conflist") }
+func (e *Env) GateSocket() string { return e.path("gate.sock") }
 
 // CNISocket is meshlet's --cni-socket in the environment.
 func (e *Env) CNISocket() string { return e.path("cni.sock") }
