@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,8 +22,11 @@ import (
 
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/cluster/clusterenv"
 	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
 
 // BenchmarkRunPodSandbox: crictl runp wall time of a mesh-labelled pod
@@ -315,4 +319,78 @@ func waitTaintedNow(b *testing.B, c *clusterenv.Cluster, tainted bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	b.Fatalf("mesh device tainted=%t not seen within 10s", tainted)
+}
+
+// BenchmarkGateContainerStart: crictl create + start of an app container
+// in an enrolled pod, without a CDI device, with one whose hook is
+// /bin/true, and with the container gate's: the differences are what CDI
+// and a hook cost, and what the gate adds to a container's start on the
+// real runtime. meshlet runs
+// with a real API server and its DRA plugin (which installs the gate)
+// registered in a kubelet directory no kubelet reads: a kubelet would take
+// the benchmark's sandbox, which it did not create, for an orphan and
+// stop it.
+func BenchmarkGateContainerStart(b *testing.B) {
+	bin := privtest.RequireEnv(b, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	k, err := kubeenv.StartIn(bin, b.TempDir(), theEnv(b).NetnsPath())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(k.Stop)
+	kubeconfig, err := k.Kubeconfig()
+	if err != nil {
+		b.Fatal(err)
+	}
+	kubelet := b.TempDir()
+	if err := os.MkdirAll(filepath.Join(kubelet, "plugins_registry"), 0o755); err != nil {
+		b.Fatal(err)
+	}
+	m := startMesh(b, "--kubeconfig="+kubeconfig, "--kubelet-root-dir="+kubelet)
+	e := theEnv(b)
+	spec := env.PodSpec{Name: "bench-gate", Namespace: "bench-gate", UID: fmt.Sprintf("bench-gate-%d", time.Now().UnixNano()), Labels: ambient}
+	podID, err := e.RunPod(spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = e.RemovePod(podID) })
+	m.waitFor("the bench pod's Add", func([]*zdstest.Request) bool { return len(m.adds(spec.UID)) == 1 })
+	// A floor: a CDI device whose createRuntime hook is /bin/true, the cost
+	// of CDI injection and of runc running any hook.
+	floor := filepath.Join(e.CDISpecDir(), "bench.example-floor.json")
+	if err := os.WriteFile(floor, []byte(`{"cdiVersion":"0.3.0","kind":"bench.example/floor","devices":[{"name":"true","containerEdits":{"hooks":[{"hookName":"createRuntime","path":"/bin/true"}]}}]}`), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.Remove(floor) })
+	for _, bm := range []struct{ name, cdi string }{
+		{"cdi=none", ""},
+		{"cdi=hook-bin-true", "bench.example/floor=true"},
+		{"cdi=gate", draplugin.DefaultDriverName + "/mesh=gate"},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			var cdi []string
+			if bm.cdi != "" {
+				cdi = []string{bm.cdi}
+			}
+			i := 0
+			for b.Loop() {
+				i++
+				id, err := e.StartContainerWithCDI(podID, spec, fmt.Sprintf("c-%d-%d", len(bm.cdi), i), cdi...)
+				if err != nil {
+					b.Fatalf("container start (%s): %v", bm.name, err)
+				}
+				b.StopTimer()
+				if out, err := e.Crictl("rm", "-f", id); err != nil {
+					b.Fatalf("crictl rm: %v: %s", err, out)
+				}
+				b.StartTimer()
+			}
+		})
+	}
+	_, page, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if v, ok := metricValue(page, `meshlet_gate_decisions_total{decision="allowed"}`); !ok || v == 0 {
+		b.Fatalf("the gate answered no container: the benchmark did not measure it")
+	}
 }

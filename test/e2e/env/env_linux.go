@@ -476,11 +476,25 @@ func (e *Env) RunPod(p PodSpec) (string, error) {
 // StartContainer creates and starts an app container in a pod; it fails if
 // the runtime (or an NRI plugin) refuses it.
 func (e *Env) StartContainer(podID string, p PodSpec, name string) (string, error) {
-	c, _ := json.Marshal(map[string]any{
+	return e.StartContainerWithCDI(podID, p, name)
+}
+
+// StartContainerWithCDI is StartContainer for a container given the CDI
+// devices (fully qualified names), as the kubelet passes a claim's.
+func (e *Env) StartContainerWithCDI(podID string, p PodSpec, name string, cdi ...string) (string, error) {
+	config := map[string]any{
 		"metadata": map[string]any{"name": name}, "image": map[string]any{"image": Image},
 		"command": []string{"/pause"}, "log_path": name + ".log",
 		"linux": map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"pid": 1}}},
-	})
+	}
+	if len(cdi) > 0 {
+		var devices []map[string]string
+		for _, d := range cdi {
+			devices = append(devices, map[string]string{"name": d})
+		}
+		config["CDI_devices"] = devices
+	}
+	c, _ := json.Marshal(config)
 	cf := e.path("ctr-" + p.UID + "-" + name + ".json")
 	if err := os.WriteFile(cf, c, 0o644); err != nil {
 		return "", err
