@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -48,7 +46,6 @@ type Server struct {
 	cfg  Config
 	core Core
 	ln   *net.UnixListener
-	sem  chan struct{}
 }
 
 // Listen creates the socket, mode 0600: only root may connect, and the
@@ -67,7 +64,7 @@ func Listen(cfg Config, core Core) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cni server: %w", err)
 	}
-	return &Server{cfg: cfg, core: core, ln: ln, sem: make(chan struct{}, cfg.MaxConcurrent)}, nil
+	return &Server{cfg: cfg, core: core, ln: ln}, nil
 }
 
 // Addr is the socket path.
@@ -79,35 +76,13 @@ func (s *Server) Close() error { return s.ln.Close() }
 // Serve answers requests until ctx ends, then waits for those in flight.
 func (s *Server) Serve(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("cni")
-	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := s.ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("cni server: accept: %w", err)
-		}
-		if err := unixsock.PeerIsRoot(conn); err != nil {
-			logger.Info("Refused a CNI connection", "reason", err)
-			conn.Close()
-			continue
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-			conn.Close()
-			return nil
-		}
-		wg.Go(func() {
-			defer func() { <-s.sem }()
-			defer conn.Close()
-			s.serve(ctx, logger, conn)
-		})
+	err := unixsock.ServeRoot(ctx, s.ln, s.cfg.MaxConcurrent,
+		func(err error) { logger.Info("Refused a CNI connection", "reason", err) },
+		func(conn *net.UnixConn) { s.serve(ctx, logger, conn) })
+	if err != nil {
+		return fmt.Errorf("cni server: %w", err)
 	}
+	return nil
 }
 
 // serve answers one connection's request.

@@ -2,10 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -57,7 +55,6 @@ type Server struct {
 	cfg  Config
 	pods Enrollments
 	ln   *net.UnixListener
-	sem  chan struct{}
 }
 
 // Listen creates the socket, mode 0600: only root may connect (the
@@ -76,7 +73,7 @@ func Listen(cfg Config, pods Enrollments) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gate server: %w", err)
 	}
-	return &Server{cfg: cfg, pods: pods, ln: ln, sem: make(chan struct{}, cfg.MaxConcurrent)}, nil
+	return &Server{cfg: cfg, pods: pods, ln: ln}, nil
 }
 
 // Addr is the socket path.
@@ -88,35 +85,13 @@ func (s *Server) Close() error { return s.ln.Close() }
 // Serve answers requests until ctx ends, then waits for those in flight.
 func (s *Server) Serve(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("gate")
-	stop := context.AfterFunc(ctx, func() { s.ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for {
-		conn, err := s.ln.AcceptUnix()
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("gate server: accept: %w", err)
-		}
-		if err := unixsock.PeerIsRoot(conn); err != nil {
-			logger.Info("Refused a gate connection", "reason", err)
-			conn.Close()
-			continue
-		}
-		select {
-		case s.sem <- struct{}{}:
-		case <-ctx.Done():
-			conn.Close()
-			return nil
-		}
-		wg.Go(func() {
-			defer func() { <-s.sem }()
-			defer conn.Close()
-			s.serve(logger, conn)
-		})
+	err := unixsock.ServeRoot(ctx, s.ln, s.cfg.MaxConcurrent,
+		func(err error) { logger.Info("Refused a gate connection", "reason", err) },
+		func(conn *net.UnixConn) { s.serve(logger, conn) })
+	if err != nil {
+		return fmt.Errorf("gate server: %w", err)
 	}
+	return nil
 }
 
 // serve answers one connection's request.
