@@ -135,6 +135,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return stopped(ctx, root, err)
 	}
 	ready.lockHeld.Store(true)
+	if driver != nil && cfg.DRA.PodUID == "" {
+		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
+	}
+	// The DRA plugin stops (its device tainted) before the lock goes, so a
+	// successor never publishes the node's slice alongside it.
+	defer func() { stopDRA(); release() }()
 	if dra && cfg.DRA.Gate.Enabled {
 		// Again: a meshlet uninstalled just before this one took the node
 		// removed the spec and the hook on its way out.
@@ -142,12 +148,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("container gate (--gate=false turns it off): %w", err)
 		}
 	}
-	if driver != nil && cfg.DRA.PodUID == "" {
-		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
-	}
-	// The DRA plugin stops (its device tainted) before the lock goes, so a
-	// successor never publishes the node's slice alongside it.
-	defer func() { stopDRA(); release() }()
 	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket})
 	if err != nil {
 		return err
