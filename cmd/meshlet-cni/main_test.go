@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestImports: the plugin links meshlet's shim and wire protocol and
-// nothing else of meshlet's, and those import only the CNI library (and
-// the standard library): it runs once per pod on every node and must stay
-// small and independent of the agent.
+// TestImports: the plugin links meshlet's shim and wire protocol (and the
+// strict JSON decoder the wire shares with meshlet-gate, itself standard
+// library only) and nothing else of meshlet's, and those import only the
+// CNI library (and the standard library): it runs once per pod on every
+// node and must stay small and independent of the agent.
 func TestImports(t *testing.T) {
 	list := func(format string, pkgs ...string) []string {
 		t.Helper()
@@ -22,7 +23,8 @@ func TestImports(t *testing.T) {
 		return strings.Fields(string(out))
 	}
 	const meshlet = "github.com/meshlet/meshlet/"
-	ours := map[string]bool{meshlet + "cmd/meshlet-cni": true, meshlet + "cnifallback/shim": true, meshlet + "cnifallback/wire": true}
+	ours := map[string]bool{meshlet + "cmd/meshlet-cni": true, meshlet + "cnifallback/shim": true, meshlet + "cnifallback/wire": true,
+		meshlet + "internal/strictjson": true}
 	deps := list("{{if not .Standard}}{{.ImportPath}}{{end}}", "-deps", ".")
 	for _, pkg := range deps {
 		if strings.HasPrefix(pkg, meshlet) && !ours[pkg] {
