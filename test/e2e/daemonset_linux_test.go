@@ -143,7 +143,10 @@ func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[
 func (r *release) waitRolledOut(tag string) *corev1.Pod {
 	r.t.Helper()
 	var ready *corev1.Pod
-	waitForf(r.t, func() (bool, string) {
+	// Three minutes: the old pod goes only once the kubelet has torn it
+	// down, behind the update's churn of mesh pods, which on a loaded
+	// 2-core CI machine took longer than a minute.
+	waitForfWithin(r.t, 3*time.Minute, func() (bool, string) {
 		pods, err := r.c.Client.CoreV1().Pods(meshletNamespace).List(context.Background(), metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()

@@ -509,7 +509,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // never holds.
 func waitForf(t testing.TB, cond func() (bool, string), describe func() string) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	waitForfWithin(t, 60*time.Second, cond, describe)
+}
+
+// waitForfWithin is waitForf with a deadline of its own.
+func waitForfWithin(t testing.TB, timeout time.Duration, cond func() (bool, string), describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
 	var lastErr string
 	for {
 		ok, errText := cond()
