@@ -21,6 +21,9 @@ VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo d
 # A cold machine builds containerd, the control plane and images inside
 # some packages' tests: more than go test's default 10 minutes each.
 TEST_FLAGS    ?= -race -count=1 -timeout 30m
+# go test starts the packages' runs in the order given: the long ones first,
+# so that the many short ones run beside them rather than before them.
+TEST_FIRST    := ./test/e2e/ ./hack/mkimage/
 PROTOS        := agent/zds/zdspb/zds.proto
 
 .PHONY: all build version image test bench soak fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
@@ -54,24 +57,17 @@ deps:
 	./hack/install-deps.sh
 
 ## test: every test tier (unit, kernel, end to end on a real containerd,
-## a real single-node cluster); as root nothing is skipped. The image is
-## built first: its cross-build is the longest compile, and the image and
-## DaemonSet tests reuse its build cache instead of racing to fill it
-test: deps image
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
-	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
-	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
-	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && \
-	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" && export MESHLET_HELM && \
-	  $(GO) test $(TEST_FLAGS) ./...
+## a real single-node cluster); as root nothing is skipped. The third-party
+## binaries the tests run are built first, side by side; then the
+## end-to-end package, the longest and mostly waiting on its cluster, starts
+## first, and the others (the image's cross-build among them) run beside it
+test: deps
+	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
+	  $(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./...
 
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
 bench: deps
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
-	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
-	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
-	MESHLET_CNI_PLUGINS="$$(cnifallback/chaintest/install.sh | tail -n 1)" && export MESHLET_CNI_PLUGINS && \
-	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" && export MESHLET_HELM && { \
+	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && { \
 	  $(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 100x -count 3 ./cnifallback/chaintest/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \

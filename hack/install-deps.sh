@@ -16,6 +16,11 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev) # go test -race needs cgo
 command -v git >/dev/null || need+=(git)
 # The image test runs the arm64 image's binaries under emulation.
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
+# The end-to-end tests' runtime and pod network (test/e2e/install.sh checks
+# too, for a run of its own; here they are installed before make test's
+# installers run side by side, which apt's lock would not allow).
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 
 if ((${#need[@]})); then
   echo "install-deps: installing ${need[*]}"

@@ -39,6 +39,8 @@ const (
 // Inputs are what an image is built from.
 type Inputs struct {
 	Meta Meta
+	// Platforms are the index's architectures, in order (nil: Platforms).
+	Platforms []Platform
 	// Binaries by architecture.
 	Binaries map[string]Binaries
 	// Userspace by architecture; nil: the image has no iptables userspace.
@@ -86,9 +88,13 @@ func Assemble(in Inputs) (*Image, error) {
 		size Size
 		err  error
 	}
-	res := make([]result, len(Platforms))
+	plats := in.Platforms
+	if plats == nil {
+		plats = Platforms
+	}
+	res := make([]result, len(plats))
 	var wg sync.WaitGroup
-	for i, p := range Platforms {
+	for i, p := range plats {
 		wg.Go(func() {
 			img, size, err := platformImage(in, p)
 			res[i] = result{img, size, err}
@@ -97,7 +103,7 @@ func Assemble(in Inputs) (*Image, error) {
 	wg.Wait()
 	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
 	out := &Image{Ref: in.Meta.Ref(), Epoch: in.Meta.Epoch}
-	for i, p := range Platforms {
+	for i, p := range plats {
 		if res[i].err != nil {
 			return nil, fmt.Errorf("%s: %w", p, res[i].err)
 		}

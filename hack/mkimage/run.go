@@ -27,6 +27,7 @@ func run(args []string) int {
 	iptables := fs.Bool("iptables", true, "include Debian's iptables userspace (needs a Debian host with apt-get and dpkg-deb)")
 	cache := fs.String("cache-dir", "", "where Debian packages are cached (default: $HOME/.cache/meshlet/image)")
 	aptRefresh := fs.Duration("apt-max-age", 24*time.Hour, "refresh the cached Debian package lists when older than this")
+	platforms := fs.String("platforms", platformList(Platforms), "the architectures to build, comma-separated (a subset of the default; the tests build only the host's)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -37,11 +38,16 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "mkimage: unexpected arguments %q\n", fs.Args())
 		return 2
 	}
+	plats, err := parsePlatforms(*platforms)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "mkimage: -platforms: %v\n", err)
+		return 2
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	logf := func(format string, a ...any) { fmt.Fprintf(os.Stderr, "mkimage: "+format+"\n", a...) }
 	ref, err := build(ctx, buildOptions{Out: *out, Version: *ver, Revision: *rev, Iptables: *iptables,
-		CacheDir: *cache, AptMaxAge: *aptRefresh, Logf: logf})
+		CacheDir: *cache, AptMaxAge: *aptRefresh, Platforms: plats, Logf: logf})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "mkimage: %v\n", err)
 		return 1
@@ -56,6 +62,7 @@ type buildOptions struct {
 	Iptables               bool
 	CacheDir               string
 	AptMaxAge              time.Duration
+	Platforms              []Platform
 	Logf                   func(string, ...any)
 }
 
@@ -79,16 +86,16 @@ func build(ctx context.Context, o buildOptions) (string, error) {
 	}
 	defer os.RemoveAll(work)
 	start := time.Now()
-	bins, err := buildBinaries(ctx, root, work, meta.Version, Platforms)
+	bins, err := buildBinaries(ctx, root, work, meta.Version, o.Platforms)
 	if err != nil {
 		return "", err
 	}
-	o.Logf("built meshlet, meshlet-cni and meshlet-gate %s for %d platforms in %s", meta.Version, len(Platforms), time.Since(start).Round(time.Millisecond))
-	in := Inputs{Meta: meta, Binaries: bins}
+	o.Logf("built meshlet, meshlet-cni and meshlet-gate %s for %s in %s", meta.Version, platformList(o.Platforms), time.Since(start).Round(time.Millisecond))
+	in := Inputs{Meta: meta, Platforms: o.Platforms, Binaries: bins}
 	if o.Iptables {
 		start = time.Now()
 		deb := Debian{CacheDir: o.CacheDir, MaxAge: o.AptMaxAge, Logf: o.Logf}
-		if in.Userspace, err = deb.Userspace(ctx, Platforms); err != nil {
+		if in.Userspace, err = deb.Userspace(ctx, o.Platforms); err != nil {
 			return "", fmt.Errorf("iptables userspace (-iptables=false builds without it): %w", err)
 		}
 		o.Logf("Debian iptables userspace ready in %s", time.Since(start).Round(time.Millisecond))

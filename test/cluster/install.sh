@@ -20,14 +20,22 @@ if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-cont
   echo "$BIN"
   exit 0
 fi
-mkdir -p "$BIN.tmp"
 cd "$WORK"
-ldflags="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
-for cmd in kube-controller-manager kube-scheduler kubelet; do
-  echo "cluster install: building $cmd $K8S_VERSION" >&2
-  go get "k8s.io/kubernetes/cmd/$cmd@$K8S_VERSION" >&2
-  CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$BIN.tmp/$cmd" "k8s.io/kubernetes/cmd/$cmd"
-done
+# The module is test/kube/install.sh's too: one build in it at a time.
+exec 9>"$WORK/../.lock"
+flock 9
+if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ]; then
+  echo "$BIN"
+  exit 0
+fi
+rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+pkgs=(k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet)
+echo "cluster install: building kube-controller-manager, kube-scheduler and kubelet $K8S_VERSION" >&2
+# One go get and one go build: the three share most packages and link side
+# by side (-o with several packages names a directory).
+go get "${pkgs[@]/%/@$K8S_VERSION}" >&2
+CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$BIN.tmp/" "${pkgs[@]}"
 cp "$KUBE_BIN/etcd" "$KUBE_BIN/kube-apiserver" "$BIN.tmp/"
 rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 echo "$BIN"

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,11 +57,12 @@ func (r *release) mustHelm(args ...string) {
 }
 
 // buildImage builds meshlet's image at version and imports it into the
-// node's runtime, as an operator without a registry would.
+// node's runtime, as an operator without a registry would. Only for this
+// node's architecture: the image's other one is hack/mkimage's to test.
 func buildImage(t testing.TB, version string) {
 	t.Helper()
 	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
-	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, "-iptables=false")
+	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, "-iptables=false", "-platforms", "linux/"+runtime.GOARCH)
 	cmd.Dir = moduleRoot(t)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build image %s: %v\n%s", version, err, out)

@@ -17,7 +17,16 @@ if [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-apiserver" ]; then
   echo "$BIN"
   exit 0
 fi
-mkdir -p "$BIN.tmp" "$WORK/etcd" "$WORK/k8s"
+mkdir -p "$WORK"
+# One build at a time: test/cluster/install.sh runs this script too, and
+# make test runs both side by side.
+exec 9>"$WORK/.lock"
+flock 9
+if [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-apiserver" ]; then
+  echo "$BIN"
+  exit 0
+fi
+rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp" "$WORK/etcd" "$WORK/k8s"
 
 echo "kube install: building etcd $ETCD_VERSION" >&2
 cd "$WORK/etcd"
@@ -34,7 +43,7 @@ replace (
 )
 MOD
 go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >&2
-CGO_ENABLED=0 go build -o "$BIN.tmp/etcd" go.etcd.io/etcd/server/v3
+CGO_ENABLED=0 go build -ldflags "-s -w" -o "$BIN.tmp/etcd" go.etcd.io/etcd/server/v3
 
 echo "kube install: building kube-apiserver $K8S_VERSION" >&2
 cd "$WORK/k8s"
@@ -55,7 +64,7 @@ k8smod=$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"G
 } > go.mod
 go get "k8s.io/kubernetes@$K8S_VERSION" >&2
 go get "k8s.io/kubernetes/cmd/kube-apiserver@$K8S_VERSION" >&2
-ldflags="-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
+ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$BIN.tmp/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
 
 rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"

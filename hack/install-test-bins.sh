@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs every third-party binary the tests run (containerd and crictl,
+# etcd and the Kubernetes control plane, the kubelet, the CNI plugins,
+# helm), side by side, and prints the environment the tests find them by:
+#
+#   env="$(hack/install-test-bins.sh)" && eval "$env"
+#
+# Each installer caches its binaries by version (see its own header); this
+# only runs them at once, so that a cold machine downloads modules and links
+# one while it compiles another. Progress goes to stderr, each line tagged
+# with its installer. Fails, naming the installer, if any of them fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+installers=(
+  MESHLET_E2E_BIN=test/e2e/install.sh
+  MESHLET_KUBE_BIN=test/kube/install.sh
+  MESHLET_CLUSTER_BIN=test/cluster/install.sh
+  MESHLET_CNI_PLUGINS=cnifallback/chaintest/install.sh
+  MESHLET_HELM=hack/install-helm.sh
+)
+
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+pids=()
+for i in "${installers[@]}"; do
+  var=${i%%=*} script=${i#*=}
+  # stdout (the directory) to a file, stderr tagged; the subshell exits
+  # with the installer's status once its last line is out.
+  ( "$script" 2>&1 >"$out/$var" | sed -u "s|^|[$script] |" >&2
+    exit "${PIPESTATUS[0]}" ) &
+  pids+=("$!")
+done
+
+failed=()
+for n in "${!installers[@]}"; do
+  wait "${pids[$n]}" || failed+=("${installers[$n]#*=}")
+done
+if ((${#failed[@]})); then
+  echo "install-test-bins: failed: ${failed[*]} (their output is above)" >&2
+  exit 1
+fi
+for i in "${installers[@]}"; do
+  var=${i%%=*}
+  dir=$(tail -n 1 "$out/$var")
+  if [ ! -d "$dir" ]; then
+    echo "install-test-bins: ${i#*=} printed no directory on its last line (got \"$dir\")" >&2
+    exit 1
+  fi
+  printf 'export %s=%q\n' "$var" "$dir"
+done
