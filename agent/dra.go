@@ -10,13 +10,14 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // claimPolicy makes a pod with a prepared mesh claim must-mesh: the claim
 // selects it whatever its labels say. Other pods are decided by labels.
 type claimPolicy struct {
 	labels *policy.Policy
-	claims *draplugin.ClaimStore
+	claims *claimstore.Store
 }
 
 var _ enroll.Policy = claimPolicy{}
@@ -71,17 +72,17 @@ func nodeState(runtimeConnected func() bool, ztunnels func() int, ztunnelSocket 
 // labels and defaults) but meshlet serves the node. A file of another
 // meshlet version stops start-up: replacing it would destroy the claims
 // of the release that wrote it (a rollback, or an update's other meshlet).
-func openClaims(dir string, logger klog.Logger) (*draplugin.ClaimStore, error) {
-	store, err := draplugin.OpenClaimStore(dir)
-	if errors.Is(err, draplugin.ErrClaimsCorrupt) {
-		dst, rerr := draplugin.ResetClaims(dir, time.Now())
+func openClaims(dir string, logger klog.Logger) (*claimstore.Store, error) {
+	store, err := claimstore.Open(dir)
+	if errors.Is(err, claimstore.ErrCorrupt) {
+		dst, rerr := claimstore.Reset(dir, time.Now())
 		if rerr != nil {
 			return nil, fmt.Errorf("%w (and setting it aside failed: %w)", err, rerr)
 		}
 		logger.Error(err, "Prepared-claims file set aside: claims prepared before this start lost their mesh settings", "setAside", dst)
-		store, err = draplugin.OpenClaimStore(dir)
+		store, err = claimstore.Open(dir)
 	}
-	if errors.Is(err, draplugin.ErrClaimsVersion) {
+	if errors.Is(err, claimstore.ErrVersion) {
 		return nil, fmt.Errorf("%w: run the meshlet release that wrote it, or remove it with the node drained of mesh pods (their claims' settings are lost)", err)
 	}
 	if err != nil {

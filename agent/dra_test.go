@@ -5,7 +5,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
-	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // TestClaimPolicy: a pod a claim was prepared for is must-mesh whatever
@@ -14,12 +14,12 @@ import (
 // decided by labels.
 func TestClaimPolicy(t *testing.T) {
 	dir := t.TempDir()
-	claims, err := draplugin.OpenClaimStore(dir)
+	claims, err := claimstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer claims.Close()
-	if err := claims.Put(draplugin.Claim{UID: "c1", Namespace: "shop", Name: "mesh", Pods: []string{"prepared"}}); err != nil {
+	if err := claims.Put(claimstore.Claim{UID: "c1", Namespace: "shop", Name: "mesh", Pods: []string{"prepared"}}); err != nil {
 		t.Fatal(err)
 	}
 	labels, err := policy.New(policy.Defaults())

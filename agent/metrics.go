@@ -9,6 +9,7 @@ import (
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 	"github.com/meshlet/meshlet/nriplugin"
 )
@@ -160,7 +161,7 @@ func gateObserver(reg prometheus.Registerer) func(gateserver.Decision) {
 }
 
 // registerDRAMetrics adds the DRA kubelet plugin's claim and device metrics.
-func registerDRAMetrics(reg prometheus.Registerer, driver *draplugin.Driver, claims *draplugin.ClaimStore) {
+func registerDRAMetrics(reg prometheus.Registerer, driver *draplugin.Driver, claims *claimstore.Store) {
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_dra_prepared_claims",

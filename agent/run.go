@@ -18,6 +18,7 @@ import (
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
@@ -74,7 +75,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// makes its pod must-mesh.
 	var decide enroll.Policy = pol
 	settings := []enroll.SettingsSource{pol}
-	var claims *draplugin.ClaimStore
+	var claims *claimstore.Store
 	dra := cfg.DRA.Enabled && !cfg.Standalone
 	if dra {
 		if claims, err = openClaims(cfg.StateDir, logger); err != nil {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 // TestStateDirMustBeWritable: a state dir that cannot be created is refused
@@ -17,15 +17,7 @@ func TestStateDirMustBeWritable(t *testing.T) {
 	if err := os.Mkdir(ro, 0o500); err != nil {
 		t.Fatal(err)
 	}
-	if os.Geteuid() == 0 {
-		if err := unix.Mount(ro, ro, "", unix.MS_BIND, ""); err != nil {
-			t.Fatalf("bind mount: %v", err)
-		}
-		t.Cleanup(func() { _ = unix.Unmount(ro, unix.MNT_DETACH) })
-		if err := unix.Mount("", ro, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
-			t.Fatalf("remount read-only: %v", err)
-		}
-	}
+	privtest.ReadOnlyDir(t, ro)
 	cfg, err := parse(t, []string{"--standalone", "--state-dir=" + filepath.Join(ro, "state")}, nil)
 	if err != nil {
 		t.Fatal(err)

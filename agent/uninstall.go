@@ -12,7 +12,7 @@ import (
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
-	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // uninstalling is whether this meshlet stops because its DaemonSet is
@@ -62,7 +62,7 @@ func removeNodeState(logger klog.Logger, cfg Config, redir *redirect.Redirector)
 		logger.Error(err, "Removing meshlet's node-side rules")
 	}
 	var errs []error
-	for _, name := range []string{state.FileName, draplugin.ClaimsFileName} {
+	for _, name := range []string{state.FileName, claimstore.FileName} {
 		if err := os.Remove(filepath.Join(cfg.StateDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
-	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
 
@@ -42,7 +42,7 @@ func TestRemoveNodeState(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
-	for _, name := range []string{state.FileName, draplugin.ClaimsFileName, NodeLockFile} {
+	for _, name := range []string{state.FileName, claimstore.FileName, NodeLockFile} {
 		if err := os.WriteFile(filepath.Join(cfg.StateDir, name), []byte("{}"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestRemoveNodeState(t *testing.T) {
 	if table() == nil {
 		t.Fatal("node table inet meshlet still there")
 	}
-	for _, name := range []string{state.FileName, draplugin.ClaimsFileName} {
+	for _, name := range []string{state.FileName, claimstore.FileName} {
 		if _, err := os.Stat(filepath.Join(cfg.StateDir, name)); !os.IsNotExist(err) {
 			t.Fatalf("%s still there: %v", name, err)
 		}

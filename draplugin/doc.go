@@ -7,7 +7,7 @@
 //
 // Prepare validates a claim's opaque meshlet.dev/v1alpha1 MeshConfig
 // (apis/v1alpha1) and refuses pods that cannot be meshed, then stores the
-// claim (ClaimStore, on disk before Prepare returns). The store is a
+// claim (package claimstore, on disk before Prepare returns). The store is a
 // source of per-pod settings for the enrollment core, ahead of the pod's
 // annotations, and marks the pod must-mesh; the runtime hook enrolls it.
 // The enrollment result is written back to the claim's status.devices.

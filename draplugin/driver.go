@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // PodLookup finds a pod the kubelet prepares a claim for: its facts as the
@@ -46,7 +47,7 @@ type NodeState struct {
 type Deps struct {
 	Client   kubernetes.Interface
 	NodeName string
-	Claims   *ClaimStore
+	Claims   *claimstore.Store
 	Pods     PodLookup
 	Policy   Eligibility
 	// Attributes of the published devices.

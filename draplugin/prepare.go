@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/draplugin/apis/v1alpha1"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // PrepareResourceClaims validates each claim's mesh settings and the pods
@@ -27,7 +28,7 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 		defer func(start time.Time) { d.deps.ObservePrepare(time.Since(start)) }(time.Now())
 	}
 	result := make(map[types.UID]kubeletplugin.PrepareResult, len(claims))
-	var prepared []Claim
+	var prepared []claimstore.Claim
 	var pods []string
 	for _, rc := range claims {
 		c, devices, err := d.prepare(ctx, rc)
@@ -67,8 +68,8 @@ var errLookup = errors.New("lookup failed")
 
 // prepare checks one claim and returns what to store and the devices of
 // the kubelet's result.
-func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (Claim, []kubeletplugin.Device, error) {
-	c := Claim{UID: string(rc.UID), Namespace: rc.Namespace, Name: rc.Name}
+func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (claimstore.Claim, []kubeletplugin.Device, error) {
+	c := claimstore.Claim{UID: string(rc.UID), Namespace: rc.Namespace, Name: rc.Name}
 	alloc := rc.Status.Allocation
 	if alloc == nil {
 		return c, nil, errors.New("not allocated")
@@ -83,7 +84,7 @@ func (d *Driver) prepare(ctx context.Context, rc *resourceapi.ResourceClaim) (Cl
 		if d.cfg.Gate.Enabled {
 			dev.CDIDeviceIDs = []string{d.cfg.CDIDeviceID()}
 		}
-		ad := AllocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device}
+		ad := claimstore.AllocatedDevice{Request: r.Request, Pool: r.Pool, Device: r.Device}
 		if r.ShareID != nil {
 			ad.ShareID = string(*r.ShareID)
 		}

@@ -23,7 +23,9 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 	"github.com/meshlet/meshlet/internal/latency"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 const testNode = "node-1"
@@ -68,7 +70,7 @@ func (noRecords) Record(string) (enroll.Record, bool) { return enroll.Record{}, 
 type testDriver struct {
 	*Driver
 	dir      string
-	store    *ClaimStore
+	store    *claimstore.Store
 	pods     *fakePods
 	prepared chan []string
 }
@@ -124,7 +126,7 @@ func (td *testDriver) waitPrepared(t *testing.T) []string {
 
 func (td *testDriver) fileBytes(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(td.dir, ClaimsFileName))
+	b, err := os.ReadFile(filepath.Join(td.dir, claimstore.FileName))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
@@ -209,21 +211,21 @@ func TestPrepareValid(t *testing.T) {
 	if td.store.Len() != 1 {
 		t.Fatalf("store Len = %d, want 1", td.store.Len())
 	}
-	wantClaim := Claim{
+	wantClaim := claimstore.Claim{
 		UID: "uid-1", Namespace: "app", Name: "web", Pods: []string{"uid-1-pod", "uid-1-pod-2"},
 		Settings: meshConfig(bp(false), bp(false)),
-		Devices:  []AllocatedDevice{{Request: "mesh", Pool: testNode, Device: DeviceName, ShareID: "share-uid-1"}},
+		Devices:  []claimstore.AllocatedDevice{{Request: "mesh", Pool: testNode, Device: DeviceName, ShareID: "share-uid-1"}},
 	}
 	for _, pod := range []string{"uid-1-pod", "uid-1-pod-2"} {
-		if got := td.store.ForPod(pod); !reflect.DeepEqual(got, []Claim{wantClaim}) {
-			t.Errorf("ForPod(%s) = %+v\nwant %+v", pod, got, []Claim{wantClaim})
+		if got := td.store.ForPod(pod); !reflect.DeepEqual(got, []claimstore.Claim{wantClaim}) {
+			t.Errorf("ForPod(%s) = %+v\nwant %+v", pod, got, []claimstore.Claim{wantClaim})
 		}
 	}
 	if td.store.Claimed("w-uid") {
 		t.Error("a non-pod consumer was stored as a pod")
 	}
 	// On disk before Prepare returned: a restarted meshlet has it.
-	if got := openStore(t, td.dir).ForPod("uid-1-pod"); !reflect.DeepEqual(got, []Claim{wantClaim}) {
+	if got := openStore(t, td.dir).ForPod("uid-1-pod"); !reflect.DeepEqual(got, []claimstore.Claim{wantClaim}) {
 		t.Errorf("reopened store ForPod = %+v", got)
 	}
 	if o := podSettings(td.store, "uid-1-pod"); boolp(o.DNSCapture) != "false" || boolp(o.BypassInbound) != "true" {
@@ -555,7 +557,7 @@ func TestPrepareMixedBatch(t *testing.T) {
 // fails (the kubelet retries it) and no pod is handed over.
 func TestPrepareStoreFails(t *testing.T) {
 	td := newTestDriver(t, nil)
-	readOnlyDir(t, td.dir)
+	privtest.ReadOnlyDir(t, td.dir)
 	res, err := td.PrepareResourceClaims(quiet, []*resourceapi.ResourceClaim{rclaim("c", "c")})
 	if err == nil || !strings.Contains(err.Error(), "store prepared claims") {
 		t.Fatalf("PrepareResourceClaims = %v, %v; want the store's error", res, err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // Report queues a status write for each mesh claim prepared for the pod:
@@ -138,7 +139,7 @@ func (s *claimStatus) write(ctx context.Context, r claimReport) error {
 	return nil
 }
 
-func (s *claimStatus) writeClaim(ctx context.Context, c Claim, cond metav1.Condition, ips []string) error {
+func (s *claimStatus) writeClaim(ctx context.Context, c claimstore.Claim, cond metav1.Condition, ips []string) error {
 	claims := s.d.deps.Client.ResourceV1().ResourceClaims(c.Namespace)
 	ctx, cancel := context.WithTimeout(ctx, statusWriteTimeout)
 	defer cancel()
@@ -173,7 +174,7 @@ func (s *claimStatus) writeClaim(ctx context.Context, c Claim, cond metav1.Condi
 }
 
 // deviceStatus finds (or adds) the claim's status entry of one device.
-func deviceStatus(rc *resourceapi.ResourceClaim, driver string, dev AllocatedDevice) *resourceapi.AllocatedDeviceStatus {
+func deviceStatus(rc *resourceapi.ResourceClaim, driver string, dev claimstore.AllocatedDevice) *resourceapi.AllocatedDeviceStatus {
 	var share *string
 	if dev.ShareID != "" {
 		share = &dev.ShareID

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
 // records is a Records fake: the enrolled pods' records by UID.
@@ -30,8 +31,8 @@ func TestClaimStatus(t *testing.T) {
 			Results: []resourceapi.DeviceRequestAllocationResult{{Request: "mesh", Driver: DefaultDriverName, Pool: testNode, Device: DeviceName, ShareID: &share}}}}},
 	})
 	store := openStore(t, t.TempDir())
-	c := Claim{UID: "c1", Namespace: "app", Name: "mesh", Pods: []string{"p1", "p2"},
-		Devices: []AllocatedDevice{{Request: "mesh", Pool: testNode, Device: DeviceName, ShareID: string(share)}}}
+	c := claimstore.Claim{UID: "c1", Namespace: "app", Name: "mesh", Pods: []string{"p1", "p2"},
+		Devices: []claimstore.AllocatedDevice{{Request: "mesh", Pool: testNode, Device: DeviceName, ShareID: string(share)}}}
 	if err := store.Put(c); err != nil {
 		t.Fatal(err)
 	}

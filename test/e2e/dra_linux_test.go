@@ -20,6 +20,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 	"github.com/meshlet/meshlet/test/cluster/clusterenv"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
@@ -491,9 +492,9 @@ func waitDeviceTaint(t testing.TB, c *clusterenv.Cluster, tainted bool) {
 }
 
 // preparedClaims reads meshlet's prepared-claims file.
-func preparedClaims(t testing.TB) *draplugin.ClaimStore {
+func preparedClaims(t testing.TB) *claimstore.Store {
 	t.Helper()
-	s, err := draplugin.OpenClaimStore(theEnv(t).MeshletStateDir())
+	s, err := claimstore.Open(theEnv(t).MeshletStateDir())
 	if err != nil {
 		t.Fatal(err)
 	}

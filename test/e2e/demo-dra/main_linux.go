@@ -34,6 +34,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/draplugin/claimstore"
 	"github.com/meshlet/meshlet/test/cluster/clusterenv"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
@@ -236,13 +237,13 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 			fmt.Printf("    status.devices[%s/%s].networkData.ips: %s\n", d.Pool, d.Device, strings.Join(d.NetworkData.IPs, ", "))
 		}
 	}
-	claims, err := draplugin.OpenClaimStore(e.MeshletStateDir())
+	claims, err := claimstore.Open(e.MeshletStateDir())
 	if err != nil {
 		return err
 	}
 	for _, pc := range claims.ForPod(string(pod.UID)) {
 		fmt.Printf("    prepared by meshlet: %s/%s in %s (settings: %s)\n", pc.Namespace, pc.Name,
-			filepath.Join("<state-dir>", draplugin.ClaimsFileName), settings(pc.Settings.DNSCapture, pc.Settings.InboundCapture))
+			filepath.Join("<state-dir>", claimstore.FileName), settings(pc.Settings.DNSCapture, pc.Settings.InboundCapture))
 	}
 	// The container gate: the prepared device named its CDI device, and the
 	// runtime ran meshlet-gate before the app container started.
@@ -368,12 +369,12 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	}
 	fmt.Printf("    ztunnel got Del uid=%s (%s) and Del uid=%s (%s)\n", pod.UID, pod.Name, late.UID, late.Name)
 	if err := poll(ctx, 30*time.Second, "the claims unprepared", func() (bool, error) {
-		s, err := draplugin.OpenClaimStore(e.MeshletStateDir())
+		s, err := claimstore.Open(e.MeshletStateDir())
 		return err == nil && s.Len() == 0, err
 	}); err != nil {
 		return err
 	}
-	fmt.Printf("    claims unprepared: %s holds none\n", filepath.Join("<state-dir>", draplugin.ClaimsFileName))
+	fmt.Printf("    claims unprepared: %s holds none\n", filepath.Join("<state-dir>", claimstore.FileName))
 	if err := poll(ctx, 30*time.Second, "the claim deleted", func() (bool, error) {
 		_, err := c.Client.ResourceV1().ResourceClaims(namespace).Get(ctx, claimName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

@@ -1,4 +1,4 @@
-package draplugin
+package privtest
 
 import (
 	"os"
@@ -7,9 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// readOnlyDir makes dir unwritable for the rest of the test. As root,
+// ReadOnlyDir makes dir unwritable for the rest of the test. As root,
 // permissions are no obstacle, so it bind-mounts dir read-only over itself.
-func readOnlyDir(t *testing.T, dir string) {
+func ReadOnlyDir(t testing.TB, dir string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if err := os.Chmod(dir, 0o500); err != nil {

@@ -1,4 +1,4 @@
-package draplugin
+package claimstore
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/draplugin/apis/v1alpha1"
+	"github.com/meshlet/meshlet/internal/privtest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -28,15 +29,15 @@ func testClaim(uid string, pods []string, dns, inbound *bool) Claim {
 	return Claim{
 		UID: uid, Namespace: "app", Name: "claim-" + uid, Pods: pods,
 		Settings: meshConfig(dns, inbound),
-		Devices:  []AllocatedDevice{{Request: "mesh", Pool: "node-1", Device: DeviceName, ShareID: "share-" + uid}},
+		Devices:  []AllocatedDevice{{Request: "mesh", Pool: "node-1", Device: "mesh", ShareID: "share-" + uid}},
 	}
 }
 
-func openStore(t testing.TB, dir string) *ClaimStore {
+func openStore(t testing.TB, dir string) *Store {
 	t.Helper()
-	s, err := OpenClaimStore(dir)
+	s, err := Open(dir)
 	if err != nil {
-		t.Fatalf("OpenClaimStore(%s): %v", dir, err)
+		t.Fatalf("Open(%s): %v", dir, err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
@@ -63,7 +64,7 @@ func statOf(t *testing.T, path string) fileStamp {
 	return st
 }
 
-func podSettings(s *ClaimStore, uid string) enroll.SettingsOverride {
+func podSettings(s *Store, uid string) enroll.SettingsOverride {
 	o, _ := s.PodSettings(&enroll.Pod{UID: uid}, enroll.PodInfo{})
 	return o
 }
@@ -87,7 +88,7 @@ func TestClaimStorePersists(t *testing.T) {
 	if s.Len() != 0 || s.Claimed("pod-a") {
 		t.Fatalf("empty store: Len %d, Claimed %t", s.Len(), s.Claimed("pod-a"))
 	}
-	if _, err := os.Stat(filepath.Join(dir, ClaimsFileName)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, FileName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("opening an empty store wrote a file: %v", err)
 	}
 	// Pod a has two claims: "b-claim" sets only inboundCapture=false,
@@ -153,7 +154,7 @@ func TestClaimStorePersists(t *testing.T) {
 // when it removed something.
 func TestClaimStoreRemove(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, ClaimsFileName)
+	path := filepath.Join(dir, FileName)
 	s := openStore(t, dir)
 
 	// On a store with no file: nothing to remove, no file created.
@@ -239,7 +240,7 @@ func TestClaimStoreSharedDir(t *testing.T) {
 	if err := next.Put(testClaim("b", []string{"pod-b"}, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
-	for name, s := range map[string]*ClaimStore{"old": old, "next": next, "reopened": openStore(t, dir)} {
+	for name, s := range map[string]*Store{"old": old, "next": next, "reopened": openStore(t, dir)} {
 		if !s.Claimed("pod-a") || !s.Claimed("pod-b") || s.Len() != 2 {
 			t.Errorf("%s store after both Puts: pod-a %t pod-b %t Len %d; want both", name, s.Claimed("pod-a"), s.Claimed("pod-b"), s.Len())
 		}
@@ -268,7 +269,7 @@ func TestClaimStoreSharedDir(t *testing.T) {
 	if !next.Claimed("pod-c") {
 		t.Fatal("other store does not see c")
 	}
-	if err := os.Remove(filepath.Join(dir, ClaimsFileName)); err != nil {
+	if err := os.Remove(filepath.Join(dir, FileName)); err != nil {
 		t.Fatal(err)
 	}
 	if next.Claimed("pod-c") || next.Len() != 0 {
@@ -276,7 +277,7 @@ func TestClaimStoreSharedDir(t *testing.T) {
 	}
 }
 
-// corruptFiles are claims files OpenClaimStore must refuse.
+// corruptFiles are claims files Open must refuse.
 var corruptFiles = map[string]string{
 	"garbage":        "not json at all",
 	"empty":          "",
@@ -297,19 +298,19 @@ func TestClaimStoreCorrupt(t *testing.T) {
 	for name, content := range corruptFiles {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			path := filepath.Join(dir, ClaimsFileName)
+			path := filepath.Join(dir, FileName)
 			if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			s, err := OpenClaimStore(dir)
-			if !errors.Is(err, ErrClaimsCorrupt) {
-				t.Fatalf("OpenClaimStore = %v, %v; want an error wrapping ErrClaimsCorrupt", s, err)
+			s, err := Open(dir)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Open = %v, %v; want an error wrapping ErrCorrupt", s, err)
 			}
 			if !strings.Contains(err.Error(), path) {
 				t.Errorf("error %q does not name the file", err)
 			}
 			now := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
-			dst, err := ResetClaims(dir, now)
+			dst, err := Reset(dir, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -325,8 +326,8 @@ func TestClaimStoreCorrupt(t *testing.T) {
 			}
 		})
 	}
-	if _, err := SetAsideClaims(t.TempDir(), time.Now()); err == nil {
-		t.Error("SetAsideClaims with no file: no error")
+	if _, err := SetAside(t.TempDir(), time.Now()); err == nil {
+		t.Error("SetAside with no file: no error")
 	}
 }
 
@@ -344,22 +345,22 @@ func TestClaimStoreOtherVersion(t *testing.T) {
 	if err := os.WriteFile(tmp, other, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, filepath.Join(dir, ClaimsFileName)); err != nil {
+	if err := os.Rename(tmp, filepath.Join(dir, FileName)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := OpenClaimStore(dir); !errors.Is(err, ErrClaimsVersion) {
-		t.Fatalf("OpenClaimStore = %v, want ErrClaimsVersion", err)
+	if _, err := Open(dir); !errors.Is(err, ErrVersion) {
+		t.Fatalf("Open = %v, want ErrVersion", err)
 	}
-	if err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil)); !errors.Is(err, ErrClaimsVersion) {
-		t.Fatalf("Put over another version's file = %v, want ErrClaimsVersion", err)
+	if err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil)); !errors.Is(err, ErrVersion) {
+		t.Fatalf("Put over another version's file = %v, want ErrVersion", err)
 	}
-	if _, err := s.Remove("a"); !errors.Is(err, ErrClaimsVersion) {
-		t.Fatalf("Remove over another version's file = %v, want ErrClaimsVersion", err)
+	if _, err := s.Remove("a"); !errors.Is(err, ErrVersion) {
+		t.Fatalf("Remove over another version's file = %v, want ErrVersion", err)
 	}
-	if b, _ := os.ReadFile(filepath.Join(dir, ClaimsFileName)); !bytes.Equal(b, other) {
+	if b, _ := os.ReadFile(filepath.Join(dir, FileName)); !bytes.Equal(b, other) {
 		t.Fatalf("the other version's file became %s", b)
 	}
-	if aside, _ := filepath.Glob(filepath.Join(dir, ClaimsFileName+".corrupt-*")); len(aside) != 0 {
+	if aside, _ := filepath.Glob(filepath.Join(dir, FileName+".corrupt-*")); len(aside) != 0 {
 		t.Fatalf("the other version's file was set aside: %v", aside)
 	}
 }
@@ -370,7 +371,7 @@ func TestClaimStoreOtherVersion(t *testing.T) {
 // Prepare and Unprepare go on.
 func TestClaimStoreBecomesCorrupt(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, ClaimsFileName)
+	path := filepath.Join(dir, FileName)
 	s := openStore(t, dir)
 	good := testClaim("a", []string{"pod-a"}, bp(false), nil)
 	if err := s.Put(good); err != nil {
@@ -390,8 +391,8 @@ func TestClaimStoreBecomesCorrupt(t *testing.T) {
 	if o := podSettings(s, "pod-a"); boolp(o.DNSCapture) != "false" {
 		t.Errorf("pod-a lost its settings: DNSCapture %s", boolp(o.DNSCapture))
 	}
-	if _, err := OpenClaimStore(dir); !errors.Is(err, ErrClaimsCorrupt) {
-		t.Errorf("opening the corrupt file = %v, want ErrClaimsCorrupt", err)
+	if _, err := Open(dir); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("opening the corrupt file = %v, want ErrCorrupt", err)
 	}
 	if err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil)); err != nil {
 		t.Fatalf("Put over a corrupt file: %v", err)
@@ -413,14 +414,14 @@ func TestClaimStoreBecomesCorrupt(t *testing.T) {
 // memory or on disk.
 func TestClaimStorePutFails(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, ClaimsFileName)
+	path := filepath.Join(dir, FileName)
 	s := openStore(t, dir)
 	a := testClaim("a", []string{"pod-a"}, bp(true), nil)
 	if err := s.Put(a); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(path)
-	readOnlyDir(t, dir)
+	privtest.ReadOnlyDir(t, dir)
 
 	if err := s.Put(testClaim("b", []string{"pod-b"}, nil, nil), testClaim("a", []string{"pod-z"}, bp(false), nil)); err == nil {
 		t.Fatal("Put into a read-only directory succeeded")
@@ -447,7 +448,7 @@ func TestClaimStorePutFails(t *testing.T) {
 }
 
 // TestClaimsGolden pins the on-disk format: a change of it must be
-// deliberate (and, if incompatible, come with a new ClaimsVersion).
+// deliberate (and, if incompatible, come with a new Version).
 func TestClaimsGolden(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir)
@@ -468,7 +469,7 @@ func TestClaimsGolden(t *testing.T) {
 	if err := s.Put(claims...); err != nil {
 		t.Fatal(err)
 	}
-	got, err := os.ReadFile(filepath.Join(dir, ClaimsFileName))
+	got, err := os.ReadFile(filepath.Join(dir, FileName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -490,7 +491,7 @@ func TestClaimsGolden(t *testing.T) {
 	}
 	// And the golden file is readable as it is.
 	gdir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(gdir, ClaimsFileName), want, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(gdir, FileName), want, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if r := openStore(t, gdir); r.Len() != 2 || !reflect.DeepEqual(r.ForPod("b2"), []Claim{claims[1]}) {

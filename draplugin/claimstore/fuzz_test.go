@@ -1,4 +1,4 @@
-package draplugin
+package claimstore
 
 import (
 	"encoding/json"
@@ -9,10 +9,10 @@ import (
 	"testing"
 )
 
-// FuzzParseClaims: parseClaims never panics, refuses only with
-// ErrClaimsCorrupt, and what it accepts survives being written in the
+// FuzzParse: parse never panics, refuses only with
+// ErrCorrupt, and what it accepts survives being written in the
 // file's format and read again.
-func FuzzParseClaims(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	if b, err := os.ReadFile(filepath.Join("testdata", "claims.golden")); err == nil {
 		f.Add(b)
 	}
@@ -24,18 +24,18 @@ func FuzzParseClaims(f *testing.F) {
 		f.Add([]byte(c))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		claims, err := parseClaims(b)
+		claims, err := parse(b)
 		if err != nil {
-			if !errors.Is(err, ErrClaimsCorrupt) && !errors.Is(err, ErrClaimsVersion) {
-				t.Fatalf("refused with %v, not ErrClaimsCorrupt or ErrClaimsVersion", err)
+			if !errors.Is(err, ErrCorrupt) && !errors.Is(err, ErrVersion) {
+				t.Fatalf("refused with %v, not ErrCorrupt or ErrVersion", err)
 			}
 			return
 		}
-		out, err := json.MarshalIndent(claimsFile{Version: ClaimsVersion, Claims: claims}, "", "  ")
+		out, err := json.MarshalIndent(fileContent{Version: Version, Claims: claims}, "", "  ")
 		if err != nil {
 			t.Fatalf("accepted claims do not marshal: %v", err)
 		}
-		again, err := parseClaims(out)
+		again, err := parse(out)
 		if err != nil {
 			t.Fatalf("written form of accepted claims refused: %v\n%s", err, out)
 		}

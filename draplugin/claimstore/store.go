@@ -1,4 +1,4 @@
-package draplugin
+package claimstore
 
 import (
 	"bytes"
@@ -21,20 +21,20 @@ import (
 	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
-// ClaimsFileName is the prepared-claims file in the state directory.
-const ClaimsFileName = "claims.json"
+// FileName is the prepared-claims file in the state directory.
+const FileName = "claims.json"
 
-// ClaimsVersion is the claims file's format version.
-const ClaimsVersion = 1
+// Version is the claims file's format version.
+const Version = 1
 
-// ErrClaimsCorrupt means the claims file exists but cannot be read.
-var ErrClaimsCorrupt = errors.New("prepared-claims file is corrupt")
+// ErrCorrupt means the claims file exists but cannot be read.
+var ErrCorrupt = errors.New("prepared-claims file is corrupt")
 
-// ErrClaimsVersion means the claims file is of another format version: a
+// ErrVersion means the claims file is of another format version: a
 // meshlet of another release wrote it. It is neither read nor replaced, so
 // that a rollback or an overlapping update never destroys the other
 // release's claims.
-var ErrClaimsVersion = errors.New("prepared-claims file of another meshlet version")
+var ErrVersion = errors.New("prepared-claims file of another meshlet version")
 
 // Claim is one prepared mesh ResourceClaim: which pods it is for and the
 // settings it gives them. It is the claim's fact, kept by claim UID; the
@@ -60,19 +60,19 @@ type AllocatedDevice struct {
 	ShareID string `json:"shareID,omitempty"`
 }
 
-// claimsFile is the file's content.
-type claimsFile struct {
+// fileContent is the file's content.
+type fileContent struct {
 	Version int     `json:"version"`
 	Claims  []Claim `json:"claims"`
 }
 
-// ClaimStore holds the prepared claims, persisted in the state directory
+// Store holds the prepared claims, persisted in the state directory
 // before Prepare returns. Two meshlets share the file during a rolling
 // update (the kubelet may prepare a claim in one and start the pod
 // through the other's runtime hook), so every read first checks whether
 // the other replaced it; writes are serialised across processes by the
 // kubelet plugin helper's lock.
-type ClaimStore struct {
+type Store struct {
 	dir string
 
 	// writeMu serialises Put and Remove within the process and is held
@@ -91,12 +91,12 @@ type ClaimStore struct {
 	curInfo fs.FileInfo
 }
 
-// OpenClaimStore loads the claims file in dir; a missing file is an empty
+// Open loads the claims file in dir; a missing file is an empty
 // store. A corrupt or unknown-version file is an error wrapping
-// ErrClaimsCorrupt: the caller decides (meshlet sets it aside and starts
+// ErrCorrupt: the caller decides (meshlet sets it aside and starts
 // empty, loudly).
-func OpenClaimStore(dir string) (*ClaimStore, error) {
-	s := &ClaimStore{dir: dir}
+func Open(dir string) (*Store, error) {
+	s := &Store{dir: dir}
 	s.set(nil)
 	if err := s.reload(); err != nil {
 		return nil, err
@@ -105,7 +105,7 @@ func OpenClaimStore(dir string) (*ClaimStore, error) {
 }
 
 // Close releases the file last read. The store must not be used after.
-func (s *ClaimStore) Close() error {
+func (s *Store) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cur == nil {
@@ -116,23 +116,23 @@ func (s *ClaimStore) Close() error {
 	return err
 }
 
-// SetAsideClaims keeps a corrupt claims file under a dated name, like the
+// SetAside keeps a corrupt claims file under a dated name, like the
 // checkpoint's. It links rather than renames, so the claims file never
 // disappears for a reader: the caller replaces it next.
-func SetAsideClaims(dir string, now time.Time) (string, error) {
-	dst := filepath.Join(dir, fmt.Sprintf("%s.corrupt-%s", ClaimsFileName, now.UTC().Format("20060102T150405.000000000Z")))
-	if err := os.Link(filepath.Join(dir, ClaimsFileName), dst); err != nil {
-		return "", fmt.Errorf("set aside %s: %w", ClaimsFileName, err)
+func SetAside(dir string, now time.Time) (string, error) {
+	dst := filepath.Join(dir, fmt.Sprintf("%s.corrupt-%s", FileName, now.UTC().Format("20060102T150405.000000000Z")))
+	if err := os.Link(filepath.Join(dir, FileName), dst); err != nil {
+		return "", fmt.Errorf("set aside %s: %w", FileName, err)
 	}
 	return dst, nil
 }
 
-func (s *ClaimStore) path() string { return filepath.Join(s.dir, ClaimsFileName) }
+func (s *Store) path() string { return filepath.Join(s.dir, FileName) }
 
 // reload reads the file if it was replaced since it was last read: one
 // stat. s.mu is held (or s is not shared yet). On error the claims last
 // read stay.
-func (s *ClaimStore) reload() error {
+func (s *Store) reload() error {
 	fi, err := os.Stat(s.path())
 	if errors.Is(err, fs.ErrNotExist) {
 		if s.cur != nil {
@@ -151,7 +151,7 @@ func (s *ClaimStore) reload() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.path(), err)
 	}
-	claims, err := readClaims(f)
+	claims, err := read(f)
 	if err != nil {
 		f.Close()
 		return fmt.Errorf("%s: %w", s.path(), err)
@@ -163,46 +163,46 @@ func (s *ClaimStore) reload() error {
 	return nil
 }
 
-// readClaims reads and parses an open claims file.
-func readClaims(f *os.File) ([]Claim, error) {
+// read reads and parses an open claims file.
+func read(f *os.File) ([]Claim, error) {
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return nil, err
 	}
-	return parseClaims(b)
+	return parse(b)
 }
 
-func (s *ClaimStore) closeCur() {
+func (s *Store) closeCur() {
 	if s.cur != nil {
 		s.cur.Close()
 	}
 	s.cur, s.curInfo = nil, nil
 }
 
-// ResetClaims keeps a corrupt claims file under a dated name and replaces
+// Reset keeps a corrupt claims file under a dated name and replaces
 // it with an empty one, atomically: a reader (the other meshlet of an
 // update) never finds the file missing.
-func ResetClaims(dir string, now time.Time) (string, error) {
-	dst, err := SetAsideClaims(dir, now)
+func Reset(dir string, now time.Time) (string, error) {
+	dst, err := SetAside(dir, now)
 	if err != nil {
 		return "", err
 	}
-	b, err := json.MarshalIndent(claimsFile{Version: ClaimsVersion, Claims: []Claim{}}, "", "  ")
+	b, err := json.MarshalIndent(fileContent{Version: Version, Claims: []Claim{}}, "", "  ")
 	if err != nil {
 		return dst, err
 	}
-	return dst, atomicfile.Write(dir, ClaimsFileName, append(b, '\n'), 0o600)
+	return dst, atomicfile.Write(dir, FileName, append(b, '\n'), 0o600)
 }
 
 // reloadForWrite is reload for Put and Remove: a file that became corrupt
 // after start-up is set aside, loudly, and replaced from the claims last
 // read, so one bad write never stops the node's Prepare and Unprepare.
-func (s *ClaimStore) reloadForWrite() error {
+func (s *Store) reloadForWrite() error {
 	err := s.reload()
-	if !errors.Is(err, ErrClaimsCorrupt) {
+	if !errors.Is(err, ErrCorrupt) {
 		return err
 	}
-	dst, aerr := SetAsideClaims(s.dir, time.Now())
+	dst, aerr := SetAside(s.dir, time.Now())
 	if aerr != nil {
 		return fmt.Errorf("%w (and setting it aside failed: %w)", err, aerr)
 	}
@@ -210,29 +210,29 @@ func (s *ClaimStore) reloadForWrite() error {
 	return nil
 }
 
-// parseClaims decodes the file strictly.
-func parseClaims(b []byte) ([]Claim, error) {
+// parse decodes the file strictly.
+func parse(b []byte) ([]Claim, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var f claimsFile
+	var f fileContent
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrClaimsCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	// Not dec.More(): it is false before a stray '}' or ']', which would
 	// let `{...}}` through.
 	if len(bytes.TrimSpace(b[dec.InputOffset():])) > 0 {
-		return nil, fmt.Errorf("%w: trailing data", ErrClaimsCorrupt)
+		return nil, fmt.Errorf("%w: trailing data", ErrCorrupt)
 	}
 	if f.Version == 0 {
-		return nil, fmt.Errorf("%w: no version", ErrClaimsCorrupt)
+		return nil, fmt.Errorf("%w: no version", ErrCorrupt)
 	}
-	if f.Version != ClaimsVersion {
-		return nil, fmt.Errorf("%w: version %d, this meshlet reads %d", ErrClaimsVersion, f.Version, ClaimsVersion)
+	if f.Version != Version {
+		return nil, fmt.Errorf("%w: version %d, this meshlet reads %d", ErrVersion, f.Version, Version)
 	}
 	seen := map[string]bool{}
 	for i, c := range f.Claims {
 		if c.UID == "" || seen[c.UID] {
-			return nil, fmt.Errorf("%w: claims[%d]: missing or repeated uid %q", ErrClaimsCorrupt, i, c.UID)
+			return nil, fmt.Errorf("%w: claims[%d]: missing or repeated uid %q", ErrCorrupt, i, c.UID)
 		}
 		seen[c.UID] = true
 	}
@@ -240,7 +240,7 @@ func parseClaims(b []byte) ([]Claim, error) {
 }
 
 // set replaces the in-memory claims and rebuilds the pod index.
-func (s *ClaimStore) set(claims []Claim) {
+func (s *Store) set(claims []Claim) {
 	s.claims = make(map[string]*Claim, len(claims))
 	s.byPod = map[string][]*Claim{}
 	s.byName = make(map[string]*Claim, len(claims))
@@ -257,16 +257,16 @@ func (s *ClaimStore) set(claims []Claim) {
 
 // save writes the given claims and, once they are on disk, makes them the
 // store's. s.writeMu is held, s.mu is not.
-func (s *ClaimStore) save(claims []Claim) error {
+func (s *Store) save(claims []Claim) error {
 	slices.SortFunc(claims, func(a, b Claim) int { return strings.Compare(a.UID, b.UID) })
 	if claims == nil {
 		claims = []Claim{}
 	}
-	b, err := json.MarshalIndent(claimsFile{Version: ClaimsVersion, Claims: claims}, "", "  ")
+	b, err := json.MarshalIndent(fileContent{Version: Version, Claims: claims}, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.Write(s.dir, ClaimsFileName, append(b, '\n'), 0o600); err != nil {
+	if err := atomicfile.Write(s.dir, FileName, append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -283,7 +283,7 @@ func (s *ClaimStore) save(claims []Claim) error {
 }
 
 // all returns a copy of the claims. s.mu is held.
-func (s *ClaimStore) all() []Claim {
+func (s *Store) all() []Claim {
 	out := make([]Claim, 0, len(s.claims))
 	for _, c := range s.claims {
 		out = append(out, *c)
@@ -292,7 +292,7 @@ func (s *ClaimStore) all() []Claim {
 }
 
 // current is a copy of the claims as the file has them now, for a writer.
-func (s *ClaimStore) current() ([]Claim, error) {
+func (s *Store) current() ([]Claim, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.reloadForWrite(); err != nil {
@@ -303,7 +303,7 @@ func (s *ClaimStore) current() ([]Claim, error) {
 
 // Put stores claims (replacing any with the same UID) and returns once
 // they are on disk. On error nothing changed.
-func (s *ClaimStore) Put(claims ...Claim) error {
+func (s *Store) Put(claims ...Claim) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	next, err := s.current()
@@ -323,7 +323,7 @@ func (s *ClaimStore) Put(claims ...Claim) error {
 
 // Remove drops claims by UID; unknown UIDs are fine. It returns the claims
 // it removed, once the file no longer has them.
-func (s *ClaimStore) Remove(uids ...string) ([]Claim, error) {
+func (s *Store) Remove(uids ...string) ([]Claim, error) {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	current, err := s.current()
@@ -345,7 +345,7 @@ func (s *ClaimStore) Remove(uids ...string) ([]Claim, error) {
 }
 
 // ForPod returns the claims prepared for a pod, in claim UID order.
-func (s *ClaimStore) ForPod(podUID string) []Claim {
+func (s *Store) ForPod(podUID string) []Claim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh()
@@ -361,7 +361,7 @@ func (s *ClaimStore) ForPod(podUID string) []Claim {
 // another pod. A claim shared by several pods is prepared once, for the
 // pods reserved when the kubelet first prepared it; a pod that joins it
 // later is found by the claim's name.
-func (s *ClaimStore) Of(pod *enroll.Pod, info enroll.PodInfo) []Claim {
+func (s *Store) Of(pod *enroll.Pod, info enroll.PodInfo) []Claim {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh()
@@ -380,7 +380,7 @@ func (s *ClaimStore) Of(pod *enroll.Pod, info enroll.PodInfo) []Claim {
 }
 
 // Get returns a prepared claim by UID.
-func (s *ClaimStore) Get(uid string) (Claim, bool) {
+func (s *Store) Get(uid string) (Claim, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh()
@@ -394,7 +394,7 @@ func (s *ClaimStore) Get(uid string) (Claim, bool) {
 // Claimed reports whether a mesh claim was prepared for the pod itself: it
 // was reserved for the pod when the kubelet prepared it, so Prepare checked
 // the pod (unlike a claim Of finds by name only).
-func (s *ClaimStore) Claimed(podUID string) bool {
+func (s *Store) Claimed(podUID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh()
@@ -402,7 +402,7 @@ func (s *ClaimStore) Claimed(podUID string) bool {
 }
 
 // Len is the number of prepared claims.
-func (s *ClaimStore) Len() int {
+func (s *Store) Len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refresh()
@@ -412,12 +412,12 @@ func (s *ClaimStore) Len() int {
 // refresh picks up another process's write for a reader. A file that
 // became unreadable keeps the last good claims: the writer that broke it
 // fails its own call, and readers must not drop prepared pods' settings.
-func (s *ClaimStore) refresh() { _ = s.reload() }
+func (s *Store) refresh() { _ = s.reload() }
 
 // PodSettings gives the settings of the pod's mesh claims: the
 // highest-precedence source of per-pod settings. With more than one
 // claim, each setting comes from the first claim (by UID) that sets it.
-func (s *ClaimStore) PodSettings(pod *enroll.Pod, info enroll.PodInfo) (enroll.SettingsOverride, []string) {
+func (s *Store) PodSettings(pod *enroll.Pod, info enroll.PodInfo) (enroll.SettingsOverride, []string) {
 	var o enroll.SettingsOverride
 	for _, c := range s.Of(pod, info) {
 		co := c.Settings.Override()
@@ -431,4 +431,4 @@ func (s *ClaimStore) PodSettings(pod *enroll.Pod, info enroll.PodInfo) (enroll.S
 	return o, nil
 }
 
-var _ enroll.SettingsSource = (*ClaimStore)(nil)
+var _ enroll.SettingsSource = (*Store)(nil)
