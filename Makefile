@@ -18,9 +18,10 @@ HELM_PROFILES := containerd k3s
 BIN           := bin
 # The version images and binaries are stamped with: the tag on HEAD, else dev.
 VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
-# A cold machine builds containerd, the control plane and images inside
-# some packages' tests: more than go test's default 10 minutes each.
-TEST_FLAGS    ?= -race -count=1 -timeout 30m
+# A cold machine cross-builds the image inside the image test and builds
+# meshlet inside the end-to-end tests, beside each other: more than go
+# test's default 10 minutes each (about 30 minutes each on 2 cores).
+TEST_FLAGS    ?= -race -count=1 -timeout 60m
 # go test starts the packages' runs in the order given: the long ones first,
 # so that the many short ones run beside them rather than before them.
 TEST_FIRST    := ./test/e2e/ ./hack/mkimage/

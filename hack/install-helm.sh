@@ -27,7 +27,7 @@ if [ ! -x "$DIR/helm" ]; then
     ldflags="$ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$clientgo"
   done
   rm -rf "$DIR.tmp" && mkdir -p "$DIR.tmp"
-  CGO_ENABLED=0 GOBIN="$DIR.tmp" go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  CGO_ENABLED=0 GOBIN="$DIR.tmp" go install -trimpath -gcflags=all=-dwarf=false -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
   rm -rf "$DIR" && mv "$DIR.tmp" "$DIR"
 fi
 echo "$DIR"

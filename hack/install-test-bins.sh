@@ -7,8 +7,11 @@
 #
 # Each installer caches its binaries by version (see its own header); this
 # only runs them at once, so that a cold machine downloads modules and links
-# one while it compiles another. Progress goes to stderr, each line tagged
-# with its installer. Fails, naming the installer, if any of them fails.
+# one while it compiles another. They build without symbol tables or DWARF
+# (-ldflags "-s -w", -gcflags=all=-dwarf=false): nothing here debugs them,
+# and a cold build compiles about 5% less. Progress goes to stderr, each
+# line tagged with its installer. Fails, naming the installer, if any of
+# them fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

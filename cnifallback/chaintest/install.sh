@@ -22,7 +22,7 @@ if [ ! -x "$BIN/bridge" ] || [ ! -x "$BIN/host-local" ] || [ ! -x "$BIN/loopback
   echo "chaintest install: building CNI plugins $PLUGINS_VERSION" >&2
   mkdir -p "$BIN.tmp"
   m=github.com/containernetworking/plugins/plugins
-  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -trimpath \
+  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -trimpath -gcflags=all=-dwarf=false \
     "$m/main/bridge@$PLUGINS_VERSION" "$m/ipam/host-local@$PLUGINS_VERSION" "$m/main/loopback@$PLUGINS_VERSION"
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 fi

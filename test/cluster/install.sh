@@ -12,8 +12,10 @@ cd "$(dirname "$0")/../.."
 
 K8S_VERSION=v1.37.2
 CACHE="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
-BIN="$CACHE/cluster-bin/k8s-$K8S_VERSION"
 KUBE_BIN="$(test/kube/install.sh | tail -n 1)"
+# Keyed like the control plane's directory (etcd and Kubernetes versions):
+# it holds a copy of that etcd and kube-apiserver.
+BIN="$CACHE/cluster-bin/$(basename "$KUBE_BIN")"
 WORK="$CACHE/kube-build/k8s" # prepared by test/kube/install.sh
 
 if [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ]; then
@@ -35,7 +37,7 @@ echo "cluster install: building kube-controller-manager, kube-scheduler and kube
 # One go get and one go build: the three share most packages and link side
 # by side (-o with several packages names a directory).
 go get "${pkgs[@]/%/@$K8S_VERSION}" >&2
-CGO_ENABLED=0 go build -ldflags "$ldflags" -o "$BIN.tmp/" "${pkgs[@]}"
+CGO_ENABLED=0 go build -gcflags=all=-dwarf=false -ldflags "$ldflags" -o "$BIN.tmp/" "${pkgs[@]}"
 cp "$KUBE_BIN/etcd" "$KUBE_BIN/kube-apiserver" "$BIN.tmp/"
 rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 echo "$BIN"

@@ -275,12 +275,20 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	var mu sync.Mutex
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	// A pod every 300 ms while the handover is most likely, then every 2 s,
+	// at most duringPods: a slow update (a loaded machine) must not fill
+	// the kubelet's 110 pods.
+	const duringPods = 80
 	wg.Go(func() {
-		for i := 0; ; i++ {
+		for i := 0; i < duringPods; i++ {
+			every := 300 * time.Millisecond
+			if i >= 20 {
+				every = 2 * time.Second
+			}
 			select {
 			case <-stop:
 				return
-			case <-time.After(300 * time.Millisecond):
+			case <-time.After(every):
 			}
 			p := basePod(fmt.Sprintf("during-%d", i))
 			if i%2 == 1 {

@@ -26,10 +26,10 @@ if [ ! -x "$BIN/crictl" ] || [ ! -x "$BIN/containerd" ] || [ ! -x "$BIN/ctr" ] |
   echo "e2e install: building containerd, ctr and containerd-shim-runc-v2 $CONTAINERD_VERSION (cold: a few minutes)" >&2
   m=github.com/containerd/containerd/v2/cmd
   # One go install: the three share most packages and link side by side.
-  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -ldflags "-s -w" \
+  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -ldflags "-s -w" -gcflags=all=-dwarf=false \
     "$m/containerd@$CONTAINERD_VERSION" "$m/ctr@$CONTAINERD_VERSION" "$m/containerd-shim-runc-v2@$CONTAINERD_VERSION"
   echo "e2e install: building crictl $CRICTL_VERSION" >&2
-  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -ldflags "-s -w" "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -ldflags "-s -w" -gcflags=all=-dwarf=false "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 fi
 echo "$BIN"

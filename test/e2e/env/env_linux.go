@@ -128,7 +128,10 @@ func (e *Env) build() error {
 	// them from.
 	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "meshlet-cni"): "./cmd/meshlet-cni",
 		e.path("bin", "meshlet-gate"): "./cmd/meshlet-gate", e.path("bin", "pause"): "./test/e2e/pause"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
+		// -trimpath and CGO_ENABLED=0 as hack/mkimage builds them: the
+		// image test and this share the compiled packages in the build
+		// cache instead of each compiling the daemon's dependencies.
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
