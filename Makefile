@@ -22,9 +22,11 @@ VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo d
 # meshlet inside the end-to-end tests, beside each other: more than go
 # test's default 10 minutes each (about 30 minutes each on 2 cores).
 TEST_FLAGS    ?= -race -count=1 -timeout 60m
-# go test starts the packages' runs in the order given: the long ones first,
-# so that the many short ones run beside them rather than before them.
-TEST_FIRST    := ./test/e2e/ ./hack/mkimage/
+# go test starts the packages' runs in the order given: the end-to-end
+# package, the longest and mostly waiting on its runtime and cluster, first;
+# the other packages build and run one after another in go test's other
+# slot (-p is the number of CPUs) beside it.
+TEST_FIRST    := ./test/e2e/
 PROTOS        := agent/zds/zdspb/zds.proto
 
 .PHONY: all build version image test bench soak fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
@@ -62,6 +64,7 @@ deps:
 ## binaries the tests run are built first, side by side; then the
 ## end-to-end package, the longest and mostly waiting on its cluster, starts
 ## first, and the others (the image's cross-build among them) run beside it
+## (TEST_FIRST)
 test: deps
 	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
 	  $(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./...

@@ -9,7 +9,7 @@ import (
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
-// The prepared claims' own tests are in package claims; these build the
+// The prepared claims' own tests are in package claimstore; these build the
 // claims Prepare's tests expect and read back.
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")

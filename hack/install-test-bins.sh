@@ -23,6 +23,12 @@ installers=(
   MESHLET_HELM=hack/install-helm.sh
 )
 
+# The apt packages two installers check for, once, before they run side by
+# side: apt's lock admits one install at a time.
+if ! command -v runc >/dev/null || [ ! -x /usr/lib/cni/bridge ]; then
+  ./hack/install-deps.sh >&2
+fi
+
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 pids=()

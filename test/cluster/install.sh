@@ -14,7 +14,14 @@ K8S_VERSION=v1.37.2
 CACHE="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
 KUBE_BIN="$(test/kube/install.sh | tail -n 1)"
 # Keyed like the control plane's directory (etcd and Kubernetes versions):
-# it holds a copy of that etcd and kube-apiserver.
+# it holds a copy of that etcd and kube-apiserver, and the same Kubernetes.
+case "$(basename "$KUBE_BIN")" in
+*-k8s-"$K8S_VERSION") ;;
+*)
+  echo "cluster install: test/kube/install.sh built $(basename "$KUBE_BIN"), not Kubernetes $K8S_VERSION: set the same K8S_VERSION in both" >&2
+  exit 1
+  ;;
+esac
 BIN="$CACHE/cluster-bin/$(basename "$KUBE_BIN")"
 WORK="$CACHE/kube-build/k8s" # prepared by test/kube/install.sh
 

@@ -56,6 +56,21 @@ func (r *release) mustHelm(args ...string) {
 	}
 }
 
+// oldMeshletLeaving reports whether the DaemonSet's pod of the old image
+// is being deleted: the handover to the new one is under way.
+func oldMeshletLeaving(t *testing.T, c *clusterenv.Cluster, old string) bool {
+	pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		return false
+	}
+	for _, p := range pods.Items {
+		if strings.HasSuffix(p.Spec.Containers[0].Image, ":"+old) && p.DeletionTimestamp != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // buildImage builds meshlet's image at version and imports it into the
 // node's runtime, as an operator without a registry would. Only for this
 // node's architecture: the image's other one is hack/mkimage's to test.
@@ -275,20 +290,28 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	var mu sync.Mutex
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	// A pod every 300 ms while the handover is most likely, then every 2 s,
-	// at most duringPods: a slow update (a loaded machine) must not fill
-	// the kubelet's 110 pods.
-	const duringPods = 80
+	// Pods every 3 s until the old meshlet is being deleted, then every
+	// 300 ms through the handover; at most waitingPods and handoverPods of
+	// each, so that a slow update (a loaded machine) never fills the
+	// kubelet's 110 pods.
+	const waitingPods, handoverPods = 30, 50
 	wg.Go(func() {
-		for i := 0; i < duringPods; i++ {
-			every := 300 * time.Millisecond
-			if i >= 20 {
-				every = 2 * time.Second
+		waiting, handover := 0, 0
+		for i := 0; handover < handoverPods; i++ {
+			during := oldMeshletLeaving(t, c, "e2e-1")
+			every := 3 * time.Second
+			if during || i == 0 {
+				every = 300 * time.Millisecond
 			}
 			select {
 			case <-stop:
 				return
 			case <-time.After(every):
+			}
+			if during {
+				handover++
+			} else if waiting++; waiting > waitingPods {
+				continue
 			}
 			p := basePod(fmt.Sprintf("during-%d", i))
 			if i%2 == 1 {
