@@ -89,7 +89,7 @@ func TestGate(t *testing.T) {
 	// (The pod's phase may say Running: the kubelet counts a container it
 	// keeps trying to start.)
 	for _, cs := range getPod(t, c, p).Status.ContainerStatuses {
-		if cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil {
+		if containerRan(cs) {
 			t.Fatalf("container %s ran although meshlet never enrolled the pod: %+v", cs.Name, cs)
 		}
 	}
@@ -150,4 +150,16 @@ func waitMetric(t testing.TB, m *mesh, name string, ok func(float64) bool) {
 		last = fmt.Sprintf("%s = %v (found %t)", name, v, found)
 		return found && ok(v), ""
 	}, func() string { return "metric " + last })
+}
+
+// containerRan reports whether the kubelet saw the container's process
+// start. A container whose start failed (a refusing createRuntime hook)
+// may be reported Terminated with reason StartError and a zero start time:
+// it never ran.
+func containerRan(cs corev1.ContainerStatus) bool {
+	started := func(term *corev1.ContainerStateTerminated) bool {
+		return term != nil && term.Reason != "StartError" && term.StartedAt.Unix() > 0
+	}
+	return cs.State.Running != nil || (cs.Started != nil && *cs.Started) ||
+		started(cs.State.Terminated) || started(cs.LastTerminationState.Terminated)
 }
