@@ -110,8 +110,9 @@ func checkPeerMessage(t *testing.T, ours, peer *net.UnixConn, fd *os.File, data 
 		t.Fatalf("a bad datagram gave %v, want a protocol error", msgErr)
 	}
 	// Every fd that arrived was closed: the accepted ones above,
-	// the rejected ones by meshlet.
-	if after := openFdCount(t); after != before {
+	// the rejected ones by meshlet. Fewer is not a leak: an earlier test's
+	// server may close its connection meanwhile.
+	if after := openFdCount(t); after > before {
 		t.Fatalf("%d fds open after reading, %d before: the datagram's fds leaked", after, before)
 	}
 }
