@@ -5,14 +5,12 @@
 #
 #   env="$(hack/install-test-bins.sh)" && eval "$env"
 #
-# Each installer caches its binaries by version (see its own header); this
-# only runs them at once. On 2 cores a cold build is CPU-bound from start to
-# end, so that saves little there (27.2 minutes side by side, 27.5 one after
-# another); with more cores it overlaps their serial parts. They build without symbol tables or DWARF
-# (-ldflags "-s -w", -gcflags=all=-dwarf=false): nothing here debugs them,
-# and a cold build compiles about 5% less. Progress goes to stderr, each
-# line tagged with its installer. Fails, naming the installer, if any of
-# them fails.
+# Each installer caches its binaries by version (see its own header). The
+# Go commands all build in one module (hack/thirdparty.sh) and take turns
+# on its lock, so that one reuses what another compiled; what runs beside
+# them is the CNI plugins' build and the module downloads. Progress goes to
+# stderr, each line tagged with its installer. Fails, naming the installer,
+# if any of them fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # Installs the real runtime the end-to-end tests drive: containerd 2.x (with
-# NRI) and its runc shim, runc, the CNI plugins and crictl. Go binaries are
-# built from the Go module proxy once and cached outside the clone, keyed by
-# version, so later runs (and fresh clones on the same machine) reuse them.
-# Prints the bin directory on the last line.
+# NRI) and its runc shim, runc, the CNI plugins and crictl. runc and the
+# CNI plugins come from Debian; the Go commands are built from the Go
+# module proxy in the third-party module hack/thirdparty.sh keeps under the
+# cache, once, keyed by version, so later runs (and fresh clones on the
+# same machine) reuse them. Prints the bin directory on the last line.
 set -euo pipefail
+. "$(dirname "$0")/../../hack/thirdparty.sh"
 
-CONTAINERD_VERSION=v2.4.2
-CRICTL_VERSION=v1.37.0
-CACHE="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
-BIN="$CACHE/e2e-bin/containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION"
+BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION"
 
 need=()
 command -v runc >/dev/null || need+=(runc)
@@ -21,15 +20,17 @@ if ((${#need[@]})); then
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-if [ ! -x "$BIN/crictl" ] || [ ! -x "$BIN/containerd" ] || [ ! -x "$BIN/ctr" ] || [ ! -x "$BIN/containerd-shim-runc-v2" ]; then
-  mkdir -p "$BIN.tmp"
-  echo "e2e install: building containerd, ctr and containerd-shim-runc-v2 $CONTAINERD_VERSION (cold: a few minutes)" >&2
-  m=github.com/containerd/containerd/v2/cmd
-  # One go install: the three share most packages and link side by side.
-  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -ldflags "-s -w" -gcflags=all=-dwarf=false \
-    "$m/containerd@$CONTAINERD_VERSION" "$m/ctr@$CONTAINERD_VERSION" "$m/containerd-shim-runc-v2@$CONTAINERD_VERSION"
-  echo "e2e install: building crictl $CRICTL_VERSION" >&2
-  CGO_ENABLED=0 GOBIN="$BIN.tmp" go install -ldflags "-s -w" -gcflags=all=-dwarf=false "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+built() { [ -x "$BIN/crictl" ] && [ -x "$BIN/containerd" ] && [ -x "$BIN/ctr" ] && [ -x "$BIN/containerd-shim-runc-v2" ]; }
+if ! built; then
+  thirdparty_lock
+fi
+if ! built; then
+  echo "e2e install: building containerd, ctr and containerd-shim-runc-v2 $CONTAINERD_VERSION and crictl $CRICTL_VERSION" >&2
+  rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
+  c=github.com/containerd/containerd/v2/cmd
+  thirdparty_build "$BIN.tmp" "" \
+    containerd=$c/containerd ctr=$c/ctr containerd-shim-runc-v2=$c/containerd-shim-runc-v2 \
+    crictl=sigs.k8s.io/cri-tools/cmd/crictl
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 fi
 echo "$BIN"

@@ -125,20 +125,60 @@ func (e *Env) build() error {
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
 	e.Meshlet = e.path("bin", "meshlet")
 	// meshlet-cni and meshlet-gate next to meshlet, where the daemon takes
-	// them from.
-	for out, pkg := range map[string]string{e.Meshlet: "./cmd/meshlet", e.path("bin", "meshlet-cni"): "./cmd/meshlet-cni",
-		e.path("bin", "meshlet-gate"): "./cmd/meshlet-gate", e.path("bin", "pause"): "./test/e2e/pause"} {
-		// -trimpath and CGO_ENABLED=0 as hack/mkimage builds them: the
-		// image test and this share the compiled packages in the build
-		// cache instead of each compiling the daemon's dependencies.
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	// them from. The runtime runs them, and the pause binary inside pods:
+	// static, -trimpath and CGO_ENABLED=0 as hack/mkimage builds them.
+	type build struct {
+		out, pkg string
+		flags    []string
+		env      []string
+	}
+	static := []string{"-trimpath"}
+	noCgo := []string{"CGO_ENABLED=0"}
+	builds := []build{
+		{e.path("bin", "meshlet-cni"), "./cmd/meshlet-cni", static, noCgo},
+		{e.path("bin", "meshlet-gate"), "./cmd/meshlet-gate", static, noCgo},
+		{e.path("bin", "pause"), "./test/e2e/pause", static, noCgo},
+		// As hack/mkimage builds it: the image test and this share the
+		// compiled packages.
+		{e.Meshlet, "./cmd/meshlet", static, noCgo},
+	}
+	if raceDetector {
+		// The daemon under the race detector, like the tests: a race in
+		// it fails the run (Stop). Built with go test -race's settings,
+		// it reuses the packages go test compiled and only links.
+		builds[3] = build{e.Meshlet, "./cmd/meshlet", []string{"-race"}, nil}
+	}
+	for _, b := range builds {
+		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)
 		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("go build %s: %w: %s", pkg, err, b)
+		cmd.Env = append(os.Environ(), b.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("go build %s: %w: %s", b.pkg, err, out)
 		}
 	}
 	return nil
+}
+
+// raceReport is what the race detector writes to a daemon's log when it
+// finds a data race.
+var raceReport = []byte("WARNING: DATA RACE")
+
+// checkRaces fails if a meshlet daemon's log under logs holds a race
+// report.
+func checkRaces(logs string) error {
+	names, _ := filepath.Glob(filepath.Join(logs, "meshlet*.log"))
+	var errs []error
+	for _, name := range names {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if n := bytes.Count(b, raceReport); n > 0 {
+			errs = append(errs, fmt.Errorf("the race detector found %d data race(s) in meshlet: %s", n, name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (e *Env) writeConfig() error {
@@ -404,6 +444,9 @@ func (e *Env) Stop() error {
 	unmountUnder(e.opts.Dir)
 	if e.Netns != "" {
 		_ = run("ip", "netns", "del", e.Netns)
+	}
+	if err := checkRaces(e.path("logs")); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

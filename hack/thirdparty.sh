@@ -1,0 +1,114 @@
+# Sourced by the installers of the third-party commands the tests run
+# (test/kube/install.sh, test/cluster/install.sh, test/e2e/install.sh,
+# hack/install-helm.sh): their versions, and the one Go module they are all
+# built in.
+#
+# Kubernetes, etcd, containerd, crictl and helm share most of their
+# dependencies (Kubernetes' API and client libraries, gRPC, protobuf,
+# OpenTelemetry, Prometheus). Built each in its own module they would
+# resolve them to slightly different versions and compile each one several
+# times over. Here one throwaway module under the cache (never in this
+# repository) requires every command at its version, so each dependency
+# resolves to one version (the newest any of them asks for) and compiles
+# once, whichever installer runs first: a cold build of all of them takes
+# about a third less CPU. Builds take turns (thirdparty_lock): on a small
+# machine a build is CPU-bound, and one waiting on another reuses its work.
+
+# Kubernetes: kube-apiserver (test/kube/install.sh); kubelet,
+# kube-controller-manager and kube-scheduler (test/cluster/install.sh).
+K8S_VERSION=v1.37.2
+# The published version of its staging modules (k8s.io/api, client-go, …).
+K8S_STAGING_VERSION=v0.37.2
+# The go.etcd.io/etcd/client/v3 version Kubernetes requires: the etcd the
+# control plane runs (test/kube/install.sh).
+ETCD_VERSION=v3.7.0
+# containerd, ctr, its runc shim and crictl (test/e2e/install.sh).
+CONTAINERD_VERSION=v2.4.2
+CRICTL_VERSION=v1.37.0
+# helm (hack/install-helm.sh).
+HELM_VERSION=v3.22.0
+
+THIRDPARTY_CACHE="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
+THIRDPARTY_MODULE="$THIRDPARTY_CACHE/thirdparty-build/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION-helm-$HELM_VERSION"
+
+# thirdparty_lock waits for, then holds until the calling script exits, the
+# one lock every third-party build takes.
+thirdparty_lock() {
+  mkdir -p "$THIRDPARTY_CACHE/thirdparty-build"
+  exec 9>"$THIRDPARTY_CACHE/thirdparty-build/.lock"
+  flock 9
+}
+
+# thirdparty_module prepares the module (once; under the lock).
+thirdparty_module() {
+  if [ -f "$THIRDPARTY_MODULE/.ready" ]; then
+    return 0
+  fi
+  echo "thirdparty: resolving Kubernetes $K8S_VERSION, etcd $ETCD_VERSION, containerd $CONTAINERD_VERSION, crictl $CRICTL_VERSION and helm $HELM_VERSION together" >&2
+  rm -rf "$THIRDPARTY_MODULE" && mkdir -p "$THIRDPARTY_MODULE"
+  local k8smod etcdclient
+  k8smod=$(cd "$THIRDPARTY_MODULE" && go mod download -json "k8s.io/kubernetes@$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+  etcdclient=$(sed -n 's#^\s*go.etcd.io/etcd/client/v3 \(v[0-9.]*\).*#\1#p' "$k8smod")
+  if [ "$etcdclient" != "$ETCD_VERSION" ]; then
+    echo "thirdparty: k8s.io/kubernetes $K8S_VERSION requires etcd client $etcdclient, not $ETCD_VERSION: set ETCD_VERSION in hack/thirdparty.sh to it" >&2
+    return 1
+  fi
+  {
+    echo "module meshlet.local/thirdparty"
+    echo
+    echo "go 1.26"
+    echo
+    echo "replace ("
+    # Every staging module Kubernetes replaces with ./staging/src/...,
+    # pinned to its published version (the proxy refuses the two sample
+    # modules, which nothing here needs).
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\1#p' "$k8smod" |
+      grep -v -e sample-cli-plugin -e sample-controller |
+      while read -r m; do echo "	$m => $m $K8S_STAGING_VERSION"; done
+    echo ")"
+  } > "$THIRDPARTY_MODULE/go.mod"
+  local k=k8s.io/kubernetes/cmd c=github.com/containerd/containerd/v2/cmd
+  (cd "$THIRDPARTY_MODULE" && go get \
+    "k8s.io/kubernetes@$K8S_VERSION" \
+    "$k/kube-apiserver@$K8S_VERSION" "$k/kube-controller-manager@$K8S_VERSION" \
+    "$k/kube-scheduler@$K8S_VERSION" "$k/kubelet@$K8S_VERSION" \
+    "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
+    "$c/containerd@$CONTAINERD_VERSION" "$c/ctr@$CONTAINERD_VERSION" "$c/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION" \
+    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION") >&2
+  touch "$THIRDPARTY_MODULE/.ready"
+}
+
+# thirdparty_build OUT_DIR LDFLAGS NAME=PACKAGE... builds each package into
+# OUT_DIR/NAME, all in one go build (they compile and link side by side),
+# static, without symbol tables or DWARF (nothing here debugs them; it
+# compiles about 5% less), LDFLAGS added. Call it holding thirdparty_lock.
+thirdparty_build() {
+  local out=$1 ldflags=$2
+  shift 2
+  thirdparty_module
+  local pkgs=() spec name pkg base
+  for spec in "$@"; do pkgs+=("${spec#*=}"); done
+  (cd "$THIRDPARTY_MODULE" &&
+    CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w $ldflags" -o "$out/" "${pkgs[@]}")
+  # go build names each binary after its package's last path element, or
+  # the one before a major version suffix (go.etcd.io/etcd/server/v3:
+  # server).
+  for spec in "$@"; do
+    name=${spec%%=*} pkg=${spec#*=} base=${pkg##*/}
+    if [[ "$base" =~ ^v[0-9]+$ ]]; then
+      base=${pkg%/*} base=${base##*/}
+    fi
+    if [ "$base" != "$name" ]; then
+      mv "$out/$base" "$out/$name"
+    fi
+  done
+}
+
+# k8s_version_ldflags are the link-time settings the Kubernetes commands
+# report their version from (what kube-apiserver tells its clients).
+k8s_version_ldflags() {
+  local minor=${K8S_VERSION#v1.}
+  minor=${minor%%.*}
+  echo "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+}
