@@ -20,13 +20,14 @@ BIN           := bin
 VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 # A cold machine builds the image inside the image test and meshlet inside
 # the end-to-end tests, beside each other: more than go test's default 10
-# minutes each (about 30 minutes each on 2 cores). go test's own vet pass
-# is off: make lint runs go vet whole.
+# minutes each. go test's own vet pass is off: make lint runs go vet whole.
 TEST_FLAGS    ?= -race -count=1 -timeout 60m -vet=off
-# The image's architectures make test builds and checks: the host's (each
-# other one is a cold cross-build of about 9 CPU-minutes); make image-test
-# builds and checks every one, the others run under qemu.
-IMAGE_TEST_PLATFORMS ?= linux/$(shell $(GO) env GOARCH)
+# The image's architecture make test builds and checks: the host's, if the
+# image has it (else amd64; each other one is a cold cross-build of meshlet
+# of several CPU-minutes); make image-test builds and checks every one, the
+# others under qemu.
+HOST_ARCH     := $(shell $(GO) env GOARCH)
+IMAGE_TEST_PLATFORMS ?= linux/$(if $(filter amd64 arm64,$(HOST_ARCH)),$(HOST_ARCH),amd64)
 # go test starts the packages' runs in the order given: the end-to-end
 # package, the longest and mostly waiting on its runtime and cluster, first;
 # the other packages build and run one after another in go test's other
@@ -66,20 +67,21 @@ deps:
 
 ## test: every test tier (unit, kernel, end to end on a real containerd,
 ## a real single-node cluster); as root nothing is skipped. The third-party
-## binaries the tests run are built first, side by side; then the
+## binaries the tests run are built first (hack/install-test-bins.sh); then the
 ## end-to-end package, the longest and mostly waiting on its cluster, starts
 ## first, and the others (the image's build for the host among them) run
 ## beside it (TEST_FIRST)
 test: deps
 	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
-	  MESHLET_IMAGE_TEST_PLATFORMS=$(IMAGE_TEST_PLATFORMS) $(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./...
+	  MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" $(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./...
 
 ## image-test: the image test for every architecture the image has (make
 ## test checks the host's): cross-built, assembled twice to the same bytes,
-## and each architecture's commands run in a chroot of it (qemu-user-static
-## for the others)
+## each architecture's commands run in a chroot of it (qemu-user-static for
+## the others), the archive imported into a real containerd
 image-test: deps
-	MESHLET_IMAGE_TEST_PLATFORMS= $(GO) test -count=1 -timeout 60m ./hack/mkimage/
+	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	  MESHLET_IMAGE_TEST_PLATFORMS= $(GO) test -count=1 -timeout 60m ./hack/mkimage/
 
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
 bench: deps

@@ -2,12 +2,14 @@
 # Builds helm from its Go module (the Go module proxy is where Go tools come
 # from here), in the third-party module hack/thirdparty.sh keeps under the
 # cache, into a directory there keyed by version: later runs, and fresh
-# clones on the same machine, reuse it. Prints the directory holding the
-# helm binary on the last line.
+# clones on the same machine, reuse it. On a cold machine that module
+# resolves and downloads the other third-party commands too (the header of
+# hack/thirdparty.sh says why). Prints the directory holding the helm binary
+# on the last line.
 set -euo pipefail
 . "$(dirname "$0")/thirdparty.sh"
 
-DIR="$THIRDPARTY_CACHE/tools/helm-$HELM_VERSION"
+DIR="$THIRDPARTY_CACHE/helm-bin/$THIRDPARTY_KEY"
 
 if [ ! -x "$DIR/helm" ]; then
   thirdparty_lock

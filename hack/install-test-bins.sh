@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Installs every third-party binary the tests run (containerd and crictl,
 # etcd and the Kubernetes control plane, the kubelet, the CNI plugins,
-# helm), side by side, and prints the environment the tests find them by:
+# helm) and prints the environment the tests find them by:
 #
 #   env="$(hack/install-test-bins.sh)" && eval "$env"
 #
 # Each installer caches its binaries by version (see its own header). The
 # Go commands all build in one module (hack/thirdparty.sh) and take turns
-# on its lock, so that one reuses what another compiled; what runs beside
-# them is the CNI plugins' build and the module downloads. Progress goes to
+# on its lock, so that one reuses what another compiled; only the CNI
+# plugins' build runs beside them. Progress goes to
 # stderr, each line tagged with its installer. Fails, naming the installer,
 # if any of them fails.
 set -euo pipefail

@@ -10,9 +10,16 @@
 # times over. Here one throwaway module under the cache (never in this
 # repository) requires every command at its version, so each dependency
 # resolves to one version (the newest any of them asks for) and compiles
-# once, whichever installer runs first: a cold build of all of them takes
-# about a third less CPU. Builds take turns (thirdparty_lock): on a small
+# once, whichever installer runs first (all of them: 37 CPU-minutes from an
+# empty build cache). Builds take turns (thirdparty_lock): on a small
 # machine a build is CPU-bound, and one waiting on another reuses its work.
+#
+# What follows from one module:
+# - a command's dependencies depend on every version below, so each
+#   installer's cache directory is keyed by all of them (THIRDPARTY_KEY);
+# - the first installer to run resolves and downloads every command's
+#   modules, even make lint's helm alone, and a command that stops
+#   resolving fails them all.
 
 # Kubernetes: kube-apiserver (test/kube/install.sh); kubelet,
 # kube-controller-manager and kube-scheduler (test/cluster/install.sh).
@@ -28,11 +35,14 @@ CRICTL_VERSION=v1.37.0
 # helm (hack/install-helm.sh).
 HELM_VERSION=v3.22.0
 
-THIRDPARTY_CACHE="${MESHLET_CACHE:-$HOME/.cache/meshlet}"
-THIRDPARTY_MODULE="$THIRDPARTY_CACHE/thirdparty-build/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION-helm-$HELM_VERSION"
+# Absolute: builds run in the module's directory.
+THIRDPARTY_CACHE="$(realpath -m "${MESHLET_CACHE:-$HOME/.cache/meshlet}")"
+THIRDPARTY_KEY="k8s-$K8S_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION-helm-$HELM_VERSION"
+THIRDPARTY_MODULE="$THIRDPARTY_CACHE/thirdparty-build/$THIRDPARTY_KEY"
 
 # thirdparty_lock waits for, then holds until the calling script exits, the
-# one lock every third-party build takes.
+# one lock every third-party build takes. A script holding it must not run
+# another installer: that one would wait for it forever.
 thirdparty_lock() {
   mkdir -p "$THIRDPARTY_CACHE/thirdparty-build"
   exec 9>"$THIRDPARTY_CACHE/thirdparty-build/.lock"
@@ -96,7 +106,7 @@ thirdparty_build() {
   # server).
   for spec in "$@"; do
     name=${spec%%=*} pkg=${spec#*=} base=${pkg##*/}
-    if [[ "$base" =~ ^v[0-9]+$ ]]; then
+    if [[ "$base" =~ ^v([2-9]|[1-9][0-9]+)$ ]]; then
       base=${pkg%/*} base=${base##*/}
     fi
     if [ "$base" != "$name" ]; then

@@ -3,17 +3,16 @@
 # kube-controller-manager, kube-scheduler and kubelet, from the Go module
 # proxy, in the third-party module hack/thirdparty.sh keeps under the cache.
 # Cached by version: a later run, or a fresh clone on the same machine,
-# reuses the binaries. About 2.5 GB of RAM at link time. Prints the bin
-# directory on the last line; it also holds test/kube/install.sh's etcd
+# reuses the binaries. Linking the three takes a few GB of RAM. Prints the
+# bin directory on the last line; it also holds test/kube/install.sh's etcd
 # and kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . hack/thirdparty.sh
 
+# Before thirdparty_lock: that script takes it too.
 KUBE_BIN="$(test/kube/install.sh | tail -n 1)"
-# Keyed like the control plane's directory (etcd and Kubernetes versions):
-# it holds a copy of that etcd and kube-apiserver.
-BIN="$THIRDPARTY_CACHE/cluster-bin/$(basename "$KUBE_BIN")"
+BIN="$THIRDPARTY_CACHE/cluster-bin/$THIRDPARTY_KEY"
 
 built() { [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ]; }
 if built; then

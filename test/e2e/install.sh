@@ -8,7 +8,7 @@
 set -euo pipefail
 . "$(dirname "$0")/../../hack/thirdparty.sh"
 
-BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION"
+BIN="$THIRDPARTY_CACHE/e2e-bin/$THIRDPARTY_KEY"
 
 need=()
 command -v runc >/dev/null || need+=(runc)

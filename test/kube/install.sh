@@ -3,12 +3,12 @@
 # version whose client Kubernetes requires) and kube-apiserver, from the Go
 # module proxy, in the third-party module hack/thirdparty.sh keeps under the
 # cache. Cached by version: a later run, or a fresh clone on the same
-# machine, reuses the binaries. About 2.5 GB of RAM at link time. Prints the
-# bin directory on the last line.
+# machine, reuses the binaries. Linking the two takes a few GB of RAM.
+# Prints the bin directory on the last line.
 set -euo pipefail
 . "$(dirname "$0")/../../hack/thirdparty.sh"
 
-BIN="$THIRDPARTY_CACHE/kube-bin/etcd-$ETCD_VERSION-k8s-$K8S_VERSION"
+BIN="$THIRDPARTY_CACHE/kube-bin/$THIRDPARTY_KEY"
 
 built() { [ -x "$BIN/etcd" ] && [ -x "$BIN/kube-apiserver" ]; }
 if built; then

@@ -132,21 +132,21 @@ func (e *Env) build() error {
 		flags    []string
 		env      []string
 	}
-	static := []string{"-trimpath"}
-	noCgo := []string{"CGO_ENABLED=0"}
-	builds := []build{
-		{e.path("bin", "meshlet-cni"), "./cmd/meshlet-cni", static, noCgo},
-		{e.path("bin", "meshlet-gate"), "./cmd/meshlet-gate", static, noCgo},
-		{e.path("bin", "pause"), "./test/e2e/pause", static, noCgo},
-		// As hack/mkimage builds it: the image test and this share the
-		// compiled packages.
-		{e.Meshlet, "./cmd/meshlet", static, noCgo},
-	}
+	trimpath, noCgo := []string{"-trimpath"}, []string{"CGO_ENABLED=0"}
+	// As hack/mkimage builds it: the image test and this share the
+	// compiled packages.
+	daemon := build{e.Meshlet, "./cmd/meshlet", trimpath, noCgo}
 	if raceDetector {
 		// The daemon under the race detector, like the tests: a race in
 		// it fails the run (Stop). Built with go test -race's settings,
-		// it reuses the packages go test compiled and only links.
-		builds[3] = build{e.Meshlet, "./cmd/meshlet", []string{"-race"}, nil}
+		// it shares the packages go test compiles.
+		daemon = build{e.Meshlet, "./cmd/meshlet", []string{"-race"}, nil}
+	}
+	builds := []build{
+		daemon,
+		{e.path("bin", "meshlet-cni"), "./cmd/meshlet-cni", trimpath, noCgo},
+		{e.path("bin", "meshlet-gate"), "./cmd/meshlet-gate", trimpath, noCgo},
+		{e.path("bin", "pause"), "./test/e2e/pause", trimpath, noCgo},
 	}
 	for _, b := range builds {
 		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)
@@ -427,7 +427,8 @@ func (e *Env) Exec(name string, args ...string) (string, error) {
 func (e *Env) NetnsPath() string { return "/run/netns/" + e.Netns }
 
 // Stop removes every pod, stops containerd, deletes the namespace and
-// unmounts what the runtime left. It runs even after a failed Start.
+// unmounts what the runtime left. It runs even after a failed Start. It
+// fails if a meshlet daemon's log holds a race detector's report.
 func (e *Env) Stop() error {
 	var errs []error
 	if e.containerd != nil {
