@@ -100,8 +100,13 @@ func buildTwice(t *testing.T) (err error) {
 	if built.plats, err = testPlatforms(); err != nil {
 		return err
 	}
+	unlock, err := privtest.LockBuilds()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	bins, err := buildBinaries(ctx, root, built.dir, built.meta.Version, built.plats)
+	unlock()
 	if err != nil {
 		return err
 	}

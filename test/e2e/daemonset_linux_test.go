@@ -79,7 +79,13 @@ func buildImage(t testing.TB, version string) {
 	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
 	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, "-iptables=false", "-platforms", "linux/"+runtime.GOARCH)
 	cmd.Dir = moduleRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
+	unlock, err := privtest.LockBuilds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.CombinedOutput()
+	unlock()
+	if err != nil {
 		t.Fatalf("build image %s: %v\n%s", version, err, out)
 	}
 	if out, err := theEnv(t).ImportImage(tar); err != nil {
