@@ -97,10 +97,13 @@ func (d Debian) Userspace(ctx context.Context, plats []Platform) (map[string]*Us
 		d.CacheDir = filepath.Join(root, "image")
 	}
 	dir := filepath.Join(d.CacheDir, "debian-"+ver)
-	apt := aptState{dir: filepath.Join(dir, "apt")}
+	var archs []string
 	for _, p := range plats {
-		apt.archs = append(apt.archs, p.DebArch)
+		archs = append(archs, p.DebArch)
 	}
+	// Package lists of their own for each set of architectures: apt-get
+	// update for one set rewrites the lists without the others'.
+	apt := aptState{dir: filepath.Join(dir, "apt-"+strings.Join(archs, "-")), archs: archs}
 	if err := apt.refresh(ctx, d.MaxAge, d.Logf); err != nil {
 		return nil, err
 	}
@@ -214,7 +217,7 @@ func (a aptState) refresh(ctx context.Context, maxAge time.Duration, logf func(s
 	if err := os.WriteFile(status, nil, 0o644); err != nil {
 		return fmt.Errorf("apt state: %w", err)
 	}
-	stamp := filepath.Join(a.dir, "updated-"+strings.Join(a.archs, "-"))
+	stamp := filepath.Join(a.dir, "updated")
 	fi, err := os.Stat(stamp)
 	if err == nil && time.Since(fi.ModTime()) < maxAge {
 		return nil
