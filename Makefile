@@ -28,11 +28,6 @@ TEST_FLAGS    ?= -race -count=1 -timeout 60m -vet=off
 # others under qemu.
 HOST_ARCH     := $(shell $(GO) env GOARCH)
 IMAGE_TEST_PLATFORMS ?= linux/$(if $(filter amd64 arm64,$(HOST_ARCH)),$(HOST_ARCH),amd64)
-# go test starts the packages' runs in the order given: the end-to-end
-# package, the longest and mostly waiting on its runtime and cluster, first;
-# the other packages build and run one after another in go test's other
-# slot (-p is the number of CPUs) beside it.
-TEST_FIRST    := ./test/e2e/
 PROTOS        := agent/zds/zdspb/zds.proto
 
 .PHONY: all build version image image-test test bench soak fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
@@ -67,13 +62,14 @@ deps:
 
 ## test: every test tier (unit, kernel, end to end on a real containerd,
 ## a real single-node cluster); as root nothing is skipped. The third-party
-## binaries the tests run are built first (hack/install-test-bins.sh); then the
-## end-to-end package, the longest and mostly waiting on its cluster, starts
-## first, and the others (the image's build for the host among them) run
-## beside it (TEST_FIRST)
+## binaries the tests run are built first (hack/install-test-bins.sh); then
+## hack/test.sh compiles every package once and runs the end-to-end package,
+## the longest and mostly waiting on its runtime and cluster, beside all the
+## others (the image's build for the host among them), which run at a lower
+## priority
 test: deps
 	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
-	  MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" $(GO) test $(TEST_FLAGS) $(TEST_FIRST) ./...
+	  MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" GO=$(GO) ./hack/test.sh $(TEST_FLAGS)
 
 ## image-test: the image test for every architecture the image has (make
 ## test checks the host's): cross-built, assembled twice to the same bytes,

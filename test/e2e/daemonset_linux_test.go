@@ -2,13 +2,11 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -509,40 +507,11 @@ func appStarted(t testing.TB, p *corev1.Pod) time.Time {
 // containerStarted is when the runtime started container id.
 func containerStarted(t testing.TB, id string) time.Time {
 	t.Helper()
-	out, err := theEnv(t).Crictl("inspect", "-o", "json", id)
+	at, err := theEnv(t).ContainerStarted(id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct {
-		Status struct {
-			StartedAt json.RawMessage `json:"startedAt"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		t.Fatalf("crictl inspect %s: %v", id, err)
-	}
-	at, err := criTime(v.Status.StartedAt)
-	if err != nil {
-		t.Fatalf("crictl inspect %s: startedAt %s: %v", id, v.Status.StartedAt, err)
-	}
 	return at
-}
-
-// criTime reads a CRI timestamp as crictl prints it: RFC 3339 text, or
-// the CRI's nanoseconds since the epoch (a number, or a string of one).
-func criTime(raw json.RawMessage) (time.Time, error) {
-	var text string
-	if err := json.Unmarshal(raw, &text); err != nil {
-		text = string(raw)
-	}
-	if at, err := time.Parse(time.RFC3339Nano, text); err == nil {
-		return at, nil
-	}
-	ns, err := strconv.ParseInt(text, 10, 64)
-	if err != nil || ns <= 0 {
-		return time.Time{}, fmt.Errorf("neither RFC 3339 nor nanoseconds since the epoch")
-	}
-	return time.Unix(0, ns), nil
 }
 
 // hasPodRules is whether the pod's sandbox netns holds meshlet's table.

@@ -170,6 +170,10 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 		}
 	}
 	m := startMesh(t, append(flags, "--cri-resync-interval=1s")...)
+	// Every sandbox the runtime made, removed side by side at the end,
+	// before meshlet stops (cleanups run last first).
+	var sandboxes []string
+	t.Cleanup(func() { _ = theEnv(t).RemovePods(sandboxes...) })
 	var live []*pod // in creation order: the seed replays the same removals
 	mustMesh := map[*pod]bool{}
 	const pods = 50
@@ -216,7 +220,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 			continue
 		}
 		p.id = id
-		t.Cleanup(func() { _ = theEnv(t).RemovePod(id) })
+		sandboxes = append(sandboxes, id)
 		if p.info, err = theEnv(t).InspectPod(id); err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +264,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 			t.Fatal(err)
 		}
 		for _, id := range strings.Fields(ids) {
-			t.Cleanup(func() { _ = theEnv(t).RemovePod(id) })
+			sandboxes = append(sandboxes, id)
 			q := &pod{spec: p.spec, id: id}
 			if q.info, err = theEnv(t).InspectPod(id); err != nil {
 				t.Fatal(err)

@@ -3,7 +3,6 @@ package env
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Image is the sandbox and app image the environment imports.
@@ -326,7 +327,10 @@ func (e *Env) startContainerd() error {
 	go func() { e.cdExited <- cmd.Wait(); logf.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if _, err := e.Crictl("version"); err == nil {
+		if err := e.cri("version", func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
+			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
+			return err
+		}); err == nil {
 			e.opts.Logf("containerd ready (pid %d)", cmd.Process.Pid)
 			return nil
 		}
@@ -491,117 +495,3 @@ func run(name string, args ...string) error {
 	}
 	return nil
 }
-
-// PodSpec describes a pod sandbox to run through CRI.
-type PodSpec struct {
-	Name, Namespace, UID string
-	Labels               map[string]string
-	Annotations          map[string]string
-	HostNetwork          bool
-}
-
-// RunPod creates a pod sandbox (crictl runp) and returns its ID.
-func (e *Env) RunPod(p PodSpec) (string, error) {
-	cfg := map[string]any{
-		"metadata":      map[string]any{"name": p.Name, "namespace": p.Namespace, "uid": p.UID, "attempt": 0},
-		"labels":        p.Labels,
-		"annotations":   p.Annotations,
-		"log_directory": e.path("logs", "pods", p.UID),
-		"linux":         map[string]any{},
-	}
-	if p.HostNetwork {
-		cfg["linux"] = map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}}
-	}
-	b, _ := json.Marshal(cfg)
-	f := e.path("pod-" + p.UID + ".json")
-	if err := os.WriteFile(f, b, 0o644); err != nil {
-		return "", err
-	}
-	return e.Crictl("runp", f)
-}
-
-// StartContainer creates and starts an app container in a pod; it fails if
-// the runtime (or an NRI plugin) refuses it.
-func (e *Env) StartContainer(podID string, p PodSpec, name string) (string, error) {
-	return e.StartContainerWithCDI(podID, p, name)
-}
-
-// StartContainerWithCDI is StartContainer for a container given the CDI
-// devices (fully qualified names), as the kubelet passes a claim's.
-func (e *Env) StartContainerWithCDI(podID string, p PodSpec, name string, cdi ...string) (string, error) {
-	config := map[string]any{
-		"metadata": map[string]any{"name": name}, "image": map[string]any{"image": Image},
-		"command": []string{"/pause"}, "log_path": name + ".log",
-		"linux": map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"pid": 1}}},
-	}
-	if len(cdi) > 0 {
-		var devices []map[string]string
-		for _, d := range cdi {
-			devices = append(devices, map[string]string{"name": d})
-		}
-		config["CDI_devices"] = devices
-	}
-	c, _ := json.Marshal(config)
-	cf := e.path("ctr-" + p.UID + "-" + name + ".json")
-	if err := os.WriteFile(cf, c, 0o644); err != nil {
-		return "", err
-	}
-	pf := e.path("pod-" + p.UID + ".json")
-	id, err := e.Crictl("create", podID, cf, pf)
-	if err != nil {
-		return "", err
-	}
-	if _, err := e.Crictl("start", id); err != nil {
-		return id, err
-	}
-	return id, nil
-}
-
-// PodInfo is what the runtime reports about a sandbox.
-type PodInfo struct {
-	NetnsPath string
-	IP        string
-	// Pid is the sandbox's pause process (0 once stopped): its
-	// /proc/<pid>/ns/net is the pod's netns, whatever path the runtime
-	// reports.
-	Pid   int
-	State string // SANDBOX_READY or SANDBOX_NOTREADY
-}
-
-// InspectPod returns the sandbox's netns path, IP, pause pid and state.
-func (e *Env) InspectPod(id string) (PodInfo, error) {
-	out, err := e.Crictl("inspectp", "-o", "json", id)
-	if err != nil {
-		return PodInfo{}, err
-	}
-	var v struct {
-		Status struct {
-			State   string `json:"state"`
-			Network struct {
-				IP string `json:"ip"`
-			} `json:"network"`
-		} `json:"status"`
-		Info struct {
-			Pid         int `json:"pid"`
-			RuntimeSpec struct {
-				Linux struct {
-					Namespaces []struct{ Type, Path string } `json:"namespaces"`
-				} `json:"linux"`
-			} `json:"runtimeSpec"`
-		} `json:"info"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		return PodInfo{}, fmt.Errorf("parse inspectp: %w", err)
-	}
-	info := PodInfo{IP: v.Status.Network.IP, Pid: v.Info.Pid, State: v.Status.State}
-	for _, ns := range v.Info.RuntimeSpec.Linux.Namespaces {
-		if ns.Type == "network" {
-			info.NetnsPath = ns.Path
-		}
-	}
-	return info, nil
-}
-
-// StopPod and RemovePod stop and remove a sandbox.
-func (e *Env) StopPod(id string) error   { _, err := e.Crictl("stopp", id); return err }
-func (e *Env) RemovePod(id string) error { _, err := e.Crictl("rmp", "--force", id); return err }
