@@ -61,15 +61,14 @@ deps:
 	./hack/install-deps.sh
 
 ## test: every test tier (unit, kernel, end to end on a real containerd,
-## a real single-node cluster); as root nothing is skipped. The third-party
-## binaries the tests run are built first (hack/install-test-bins.sh); then
-## hack/test.sh compiles every package once and runs the end-to-end package,
-## the longest and mostly waiting on its runtime and cluster, beside all the
-## others (the image's build for the host among them), which run at a lower
-## priority
+## a real single-node cluster); as root nothing is skipped. hack/test.sh
+## builds the third-party binaries the tests run and runs the tests in two
+## phases: the end-to-end tests that need only the runtime while the control
+## plane and the kubelet build beside them; then the rest of the end-to-end
+## tests, with every other package (the image's build for the host among
+## them) beside them at a lower priority
 test: deps
-	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
-	  MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" GO=$(GO) ./hack/test.sh $(TEST_FLAGS)
+	MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" GO=$(GO) ./hack/test.sh $(TEST_FLAGS)
 
 ## image-test: the image test for every architecture the image has (make
 ## test checks the host's): cross-built, assembled twice to the same bytes,

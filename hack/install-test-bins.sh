@@ -5,6 +5,9 @@
 #
 #   env="$(hack/install-test-bins.sh)" && eval "$env"
 #
+# Given variable names (MESHLET_E2E_BIN ...), it installs and prints only
+# those.
+#
 # Each installer caches its binaries by version (see its own header). The
 # Go commands all build in one module (hack/thirdparty.sh) and take turns
 # on its lock, so that one reuses what another compiled; only the CNI
@@ -14,13 +17,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-installers=(
+all=(
   MESHLET_E2E_BIN=test/e2e/install.sh
   MESHLET_KUBE_BIN=test/kube/install.sh
   MESHLET_CLUSTER_BIN=test/cluster/install.sh
   MESHLET_CNI_PLUGINS=cnifallback/chaintest/install.sh
   MESHLET_HELM=hack/install-helm.sh
 )
+installers=("${all[@]}")
+if (($#)); then
+  installers=()
+  for var in "$@"; do
+    found=
+    for i in "${all[@]}"; do
+      if [ "${i%%=*}" = "$var" ]; then installers+=("$i") found=1; fi
+    done
+    if [ -z "$found" ]; then
+      echo "install-test-bins: no installer for $var (known: ${all[*]%%=*})" >&2
+      exit 2
+    fi
+  done
+fi
 
 # The apt packages two installers check for, once, before they run side by
 # side: apt's lock admits one install at a time.

@@ -29,7 +29,8 @@ import (
 	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
 
-// BenchmarkRunPodSandbox: crictl runp wall time of a mesh-labelled pod
+// BenchmarkRunPodSandbox: RunPodSandbox's wall time (through the CRI, as
+// the kubelet calls it) of a mesh-labelled pod
 // without meshlet, with meshlet as a host process, and with meshlet as the
 // chart's DaemonSet pod on the test cluster's kubelet (its image imported
 // into the same containerd; standalone, as the host process is): rules +
@@ -321,7 +322,8 @@ func waitTaintedNow(b *testing.B, c *clusterenv.Cluster, tainted bool) {
 	b.Fatalf("mesh device tainted=%t not seen within 10s", tainted)
 }
 
-// BenchmarkGateContainerStart: crictl create + start of an app container
+// BenchmarkGateContainerStart: CreateContainer + StartContainer (through
+// the CRI, as the kubelet calls them) of an app container
 // in an enrolled pod, without a CDI device, with one whose hook is
 // /bin/true, and with the container gate's: the differences are what CDI
 // and a hook cost, and what the gate adds to a container's start on the

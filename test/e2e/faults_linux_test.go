@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
@@ -31,6 +36,13 @@ type fault struct {
 	setup func(t *testing.T) []string
 	// harmless: no pod may be refused even while the node is broken.
 	harmless bool
+	// place, if set, settles a pod before its sandbox is made: its
+	// namespace, its labels and its UID (an API object's). Without it a
+	// mesh pod is in namespace app with the mesh label of its own.
+	place func(t *testing.T, spec *env.PodSpec, mesh bool)
+	// check, if set, asserts what the fault made meshlet do, after the
+	// invariant holds.
+	check func(t *testing.T, m *mesh)
 }
 
 var faults = []fault{
@@ -138,7 +150,6 @@ var faults = []fault{
 		},
 		recover: func(_ *testing.T, m *mesh) { m.zt.Stop(); m.connectZtunnel() },
 	},
-	apiServerDown(),
 	{
 		name:    "ztunnel gone",
 		inject:  func(_ *testing.T, m *mesh) { m.zt.Stop() },
@@ -160,6 +171,13 @@ func TestFaultsDuringChurn(t *testing.T) {
 	}
 }
 
+// TestAPIServerDownDuringChurn is TestFaultsDuringChurn's churn with the
+// API server going away: the one fault that needs the control plane's
+// binaries (MESHLET_KUBE_BIN), so the others run without them.
+func TestAPIServerDownDuringChurn(t *testing.T) {
+	churn(t, apiServerDown(), faultSeed(t), len(faults))
+}
+
 func churn(t *testing.T, f fault, seed uint64, k int) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	// Removals the runtime does not report are found within seconds.
@@ -178,6 +196,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 	mustMesh := map[*pod]bool{}
 	const pods = 50
 	var refused []*pod // the runtime may have made some anyway (below)
+	refusedMesh := map[*pod]bool{}
 	injected, refusedSandboxes, refusedApps := 0, 0, 0
 	broken := false
 	for i := range pods {
@@ -186,9 +205,13 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 			broken = false
 		}
 		mesh := i%2 == 0
-		labels := map[string]string(nil)
+		p := &pod{spec: env.PodSpec{Name: fmt.Sprintf("churn-%d", i), Namespace: "app",
+			UID: fmt.Sprintf("churn-%d-%d-%d", seed, k, i)}}
 		if mesh {
-			labels = ambient
+			p.spec.Labels = ambient
+		}
+		if f.place != nil {
+			f.place(t, &p.spec, mesh)
 		}
 		wasBroken := broken
 		done := make(chan struct{})
@@ -204,8 +227,6 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 		} else {
 			close(done)
 		}
-		p := &pod{spec: env.PodSpec{Name: fmt.Sprintf("churn-%d", i), Namespace: "app",
-			UID: fmt.Sprintf("churn-%d-%d-%d", seed, k, i), Labels: labels}}
 		id, err := theEnv(t).RunPod(p.spec)
 		<-done
 		if err != nil {
@@ -217,6 +238,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 			}
 			refusedSandboxes++
 			refused = append(refused, p)
+			refusedMesh[p] = mesh
 			continue
 		}
 		p.id = id
@@ -259,7 +281,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 	// have left a sandbox that runs all the same (containerd finishes
 	// it): meshlet must treat it like any other, so the invariant does.
 	for _, p := range refused {
-		ids, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--namespace", "app", "--name", "^"+p.spec.Name+"$")
+		ids, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--namespace", p.spec.Namespace, "--name", "^"+p.spec.Name+"$")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -270,7 +292,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 				t.Fatal(err)
 			}
 			live = append(live, q)
-			mustMesh[q] = p.spec.Labels != nil
+			mustMesh[q] = refusedMesh[p]
 			t.Logf("pod %s: its runp failed, but the runtime runs its sandbox", p.spec.Name)
 		}
 	}
@@ -286,6 +308,9 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 	t.Logf("%s: %d pods, %d faults, %d sandboxes and %d app containers refused; %d mesh and %d plain pods running; the invariant held %v after the last recovery; the last meshlet counted %v late enrollments and %v missed removals",
 		f.name, pods, injected, refusedSandboxes, refusedApps, len(meshed), len(plain), took.Round(time.Millisecond),
 		m.metric("meshlet_late_enrollments_total"), m.metric("meshlet_missed_removals_total"))
+	if f.check != nil {
+		f.check(t, m)
+	}
 }
 
 // checkEnrolledBeforeStart fails unless ztunnel had the pod (an Add on
@@ -320,12 +345,22 @@ func faultSeed(t *testing.T) uint64 {
 	return seed
 }
 
-// apiServerDown: meshlet runs with an API server, which goes away. The
-// churn's pods have no API objects, so meshlet decides each from its
-// sandbox labels (as for a pod the API server cannot tell it about) with
-// the API server there or not: no pod may be refused while it is down.
+// apiServerDown: meshlet runs with an API server, which goes away. Mesh
+// pods are selected by their namespace's label, which only the API server
+// holds (their sandboxes carry no mesh label). A pod made while the API
+// server is up has an API object (its UID the sandbox's), which meshlet
+// may not have seen yet when the server goes; one made while it is down
+// has none, as for a pod the API server cannot tell meshlet about. Either
+// way meshlet decides from what it knows (the pod's object, else its
+// sandbox's labels and the namespace's last known labels): no pod may be
+// refused, nor a mesh pod left out, while the server is down.
 func apiServerDown() fault {
-	var k *kubeenv.Env
+	const meshNamespace = "app-mesh" // labelled for the mesh in the API only
+	var (
+		k    *kubeenv.Env
+		c    kubernetes.Interface
+		down bool // set by inject and recover, read before each pod's sandbox
+	)
 	return fault{
 		name:     "API server down",
 		harmless: true,
@@ -336,13 +371,46 @@ func apiServerDown() fault {
 				t.Fatal(err)
 			}
 			t.Cleanup(k.Stop) // after meshlet's stop: cleanups run last first
+			if c, err = kubernetes.NewForConfig(k.Config()); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			for ns, labels := range map[string]map[string]string{"app": nil, meshNamespace: ambient} {
+				if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			kubeconfig, err := k.Kubeconfig()
 			if err != nil {
 				t.Fatal(err)
 			}
 			return []string{"--kubeconfig=" + kubeconfig, "--dra=false"} // no kubelet here
 		},
+		place: func(t *testing.T, spec *env.PodSpec, mesh bool) {
+			spec.Labels = nil
+			if mesh {
+				spec.Namespace = meshNamespace
+			}
+			if down {
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			apiPod, err := c.CoreV1().Pods(spec.Namespace).Create(ctx, &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: spec.Name},
+				Spec: corev1.PodSpec{NodeName: env.NodeName, AutomountServiceAccountToken: new(bool),
+					Containers: []corev1.Container{{Name: "app", Image: env.Image}}},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatalf("pod %s in the API: %v", spec.Name, err)
+			}
+			spec.UID = string(apiPod.UID)
+		},
 		inject: func(t *testing.T, _ *mesh) {
+			down = true
 			if err := k.StopAPIServer(); err != nil {
 				t.Error(err)
 			}
@@ -351,6 +419,16 @@ func apiServerDown() fault {
 			if err := k.StartAPIServer(); err != nil {
 				t.Fatal(err)
 			}
+			down = false
+		},
+		// Pods made while the server was down (two or three each time)
+		// were decided without it.
+		check: func(t *testing.T, m *mesh) {
+			n := m.metric("meshlet_pod_resolve_degraded_total")
+			if n == 0 {
+				t.Fatal("meshlet_pod_resolve_degraded_total 0: no pod was decided while the API server was down; the fault missed")
+			}
+			t.Logf("%v pods decided without the API server", n)
 		},
 	}
 }
