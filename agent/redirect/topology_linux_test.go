@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -197,7 +196,7 @@ func listenUDP(t testing.TB, h *netns.Handle, addr string) net.PacketConn {
 func dial(h *netns.Handle, network, addr string, src netip.Addr, mark int) (net.Conn, error) {
 	var c net.Conn
 	err := netnstest.Run(h, func() error {
-		d := net.Dialer{Timeout: 3 * time.Second}
+		d := net.Dialer{Timeout: wait}
 		if src.IsValid() {
 			d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
 		}
