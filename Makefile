@@ -64,7 +64,7 @@ deps:
 ## a real single-node cluster); as root nothing is skipped. hack/test.sh
 ## builds the third-party binaries the tests run and runs the tests in two
 ## phases: the end-to-end tests that need only the runtime while the control
-## plane and the kubelet build beside them; then the rest of the end-to-end
+## plane, the kubelet and helm build beside them; then the rest of the end-to-end
 ## tests, with every other package (the image's build for the host among
 ## them) beside them at a lower priority
 test: deps

@@ -168,7 +168,7 @@ func inode(t testing.TB, path string) uint64 {
 func TestMeshPodLifecycle(t *testing.T) {
 	m := startMesh(t)
 	meshPod := runPod(t, "app", ambient, false)
-	// No waiting: crictl runp returned, so the hook (rules, Add, Ack) did.
+	// No waiting: RunPodSandbox returned, so the hook (rules, Add, Ack) did.
 	adds := m.adds(meshPod.spec.UID)
 	if len(adds) != 1 {
 		t.Fatalf("ztunnel got %d adds for the mesh pod when runp returned, want 1 (all: %v)", len(adds), m.zt.Requests())
@@ -395,12 +395,17 @@ func TestContainerdRestart(t *testing.T) {
 	}
 }
 
+// meshletRequired is how containerd's NRI validator names meshlet when it
+// refuses a container because meshlet is not connected ("required plugin
+// \"meshlet\" not present"). Not just "meshlet": the error names the pod too.
+const meshletRequired = `required plugin "meshlet"`
+
 // TestFailClosedWithoutMeshlet: with containerd's NRI validator requiring
 // the meshlet plugin, no app container starts while meshlet is away; once
 // it is back, the pod is enrolled late and its container starts.
 func TestFailClosedWithoutMeshlet(t *testing.T) {
 	p := runPod(t, "app", ambient, false) // sandbox only: no meshlet yet
-	if _, err := theEnv(t).StartContainer(p.id, p.spec, "app"); err == nil || !strings.Contains(err.Error(), "meshlet") {
+	if _, err := theEnv(t).StartContainer(p.id, p.spec, "app"); err == nil || !strings.Contains(err.Error(), meshletRequired) {
 		t.Fatalf("app container without meshlet: %v, want a refusal naming the required plugin", err)
 	}
 	m := startMesh(t)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -191,7 +192,11 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 	// Every sandbox the runtime made, removed side by side at the end,
 	// before meshlet stops (cleanups run last first).
 	var sandboxes []string
-	t.Cleanup(func() { _ = theEnv(t).RemovePods(sandboxes...) })
+	t.Cleanup(func() {
+		if err := theEnv(t).RemovePods(sandboxes...); err != nil {
+			t.Errorf("remove the churn's pods: %v", err)
+		}
+	})
 	var live []*pod // in creation order: the seed replays the same removals
 	mustMesh := map[*pod]bool{}
 	const pods = 50
@@ -272,6 +277,7 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 			}
 			live = append(live[:k], live[k+1:]...)
 			delete(mustMesh, gone)
+			sandboxes = slices.DeleteFunc(sandboxes, func(id string) bool { return id == gone.id })
 		}
 	}
 	if broken {
@@ -482,7 +488,7 @@ func TestNodeReboot(t *testing.T) {
 	}
 
 	again := runPod(t, "app", ambient, false)
-	if _, err := theEnv(t).StartContainer(again.id, again.spec, "app"); err == nil || !strings.Contains(err.Error(), "meshlet") {
+	if _, err := theEnv(t).StartContainer(again.id, again.spec, "app"); err == nil || !strings.Contains(err.Error(), meshletRequired) {
 		t.Fatalf("app container of a mesh pod after the reboot, meshlet not back: %v, want a refusal naming the required plugin", err)
 	}
 	m.startMeshlet()

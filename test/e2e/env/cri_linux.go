@@ -24,7 +24,12 @@ const criTimeout = 60 * time.Second
 // The pods' hot path (run, start, inspect, remove) goes through here, not
 // through crictl, whose process start costs more than the call itself.
 func (e *Env) cri(what string, call func(context.Context, runtimeapi.RuntimeServiceClient) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), criTimeout)
+	return e.criWithin(criTimeout, what, call)
+}
+
+// criWithin is cri with its own bound on the call.
+func (e *Env) criWithin(timeout time.Duration, what string, call func(context.Context, runtimeapi.RuntimeServiceClient) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	conn, err := grpc.NewClient("passthrough:///cri",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -75,6 +80,9 @@ func (e *Env) RunPod(p PodSpec) (string, error) {
 	var id string
 	err := e.cri("run pod "+p.Name, func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
 		r, err := c.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: e.sandboxConfig(p)})
+		if err == nil && r.GetPodSandboxId() == "" {
+			err = errors.New("the runtime returned no sandbox ID")
+		}
 		id = r.GetPodSandboxId()
 		return err
 	})
@@ -105,6 +113,9 @@ func (e *Env) StartContainerWithCDI(podID string, p PodSpec, name string, cdi ..
 	var id string
 	if err := e.cri("create container "+name+" in pod "+p.Name, func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
 		r, err := c.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: podID, Config: config, SandboxConfig: e.sandboxConfig(p)})
+		if err == nil && r.GetContainerId() == "" {
+			err = errors.New("the runtime returned no container ID")
+		}
 		id = r.GetContainerId()
 		return err
 	}); err != nil {

@@ -327,7 +327,7 @@ func (e *Env) startContainerd() error {
 	go func() { e.cdExited <- cmd.Wait(); logf.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if err := e.cri("version", func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
+		if err := e.criWithin(5*time.Second, "version", func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
 			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
 			return err
 		}); err == nil {
