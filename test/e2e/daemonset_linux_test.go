@@ -488,7 +488,9 @@ func podLog(t testing.TB, p *corev1.Pod, container string) string {
 }
 
 // appStarted is when the pod's app container first started, as the
-// runtime recorded it (nanoseconds).
+// runtime recorded it (nanoseconds). An attempt the runtime created but
+// never started (refused while meshlet changed hands, then retried by the
+// kubelet) does not count.
 func appStarted(t testing.TB, p *corev1.Pod) time.Time {
 	t.Helper()
 	ids, err := theEnv(t).Crictl("ps", "-a", "-q", "--label", "io.kubernetes.pod.uid="+string(p.UID), "--name", "^app$")
@@ -497,14 +499,14 @@ func appStarted(t testing.TB, p *corev1.Pod) time.Time {
 	}
 	var first time.Time
 	for _, id := range strings.Fields(ids) {
-		if at := containerStarted(t, id); first.IsZero() || at.Before(first) {
+		if at := containerStarted(t, id); !at.IsZero() && (first.IsZero() || at.Before(first)) {
 			first = at
 		}
 	}
 	return first
 }
 
-// containerStarted is when the runtime started container id.
+// containerStarted is when the runtime started container id (zero: never).
 func containerStarted(t testing.TB, id string) time.Time {
 	t.Helper()
 	at, err := theEnv(t).ContainerStarted(id)

@@ -127,7 +127,8 @@ func (e *Env) StartContainerWithCDI(podID string, p PodSpec, name string, cdi ..
 	})
 }
 
-// ContainerStarted is when the runtime started container id.
+// ContainerStarted is when the runtime started container id; the zero time
+// if it never did (created, then refused or removed before its start).
 func (e *Env) ContainerStarted(id string) (time.Time, error) {
 	var at time.Time
 	err := e.cri("status of container "+id, func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
@@ -135,10 +136,9 @@ func (e *Env) ContainerStarted(id string) (time.Time, error) {
 		if err != nil {
 			return err
 		}
-		if r.GetStatus().GetStartedAt() == 0 {
-			return errors.New("not started")
+		if ns := r.GetStatus().GetStartedAt(); ns > 0 {
+			at = time.Unix(0, ns)
 		}
-		at = time.Unix(0, r.GetStatus().GetStartedAt())
 		return nil
 	})
 	return at, err
