@@ -31,7 +31,7 @@ func TestRunReasserts(t *testing.T) {
 	}
 	in := newInstaller(t, cfg)
 	startRun(t, testCtx(t), in)
-	pollUntil(t, reassertBound, "first install", func() bool { return in.Installed() && fileChainedLast(path, testSocket) })
+	pollUntil(t, waitBound, "first install", func() bool { return in.Installed() && fileChainedLast(path, testSocket) })
 
 	for i := range 6 {
 		if i%2 == 0 {
@@ -39,10 +39,10 @@ func TestRunReasserts(t *testing.T) {
 		} else {
 			writeFile(t, path, []byte(calicoList), 0o644)
 		}
-		took := pollUntil(t, reassertBound, "re-assert", func() bool { return fileChainedLast(path, testSocket) })
+		took := pollUntil(t, waitBound, "re-assert", func() bool { return fileChainedLast(path, testSocket) })
 		t.Logf("rewrite %d: meshlet back after %v", i, took)
 	}
-	pollUntil(t, reassertBound, "OnReassert calls", func() bool {
+	pollUntil(t, waitBound, "OnReassert calls", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(reasserts) == 7
@@ -71,9 +71,9 @@ func TestRunLowerSortingFileAppears(t *testing.T) {
 	writeFile(t, e.conf("10-calico.conflist"), []byte(calicoList), 0o644)
 	in := newInstaller(t, e.config())
 	startRun(t, testCtx(t), in)
-	pollUntil(t, reassertBound, "install", in.Installed)
+	pollUntil(t, waitBound, "install", in.Installed)
 	renameOver(t, e.conf("05-cilium.conflist"), []byte(`{"cniVersion":"0.3.1","name":"cilium","plugins":[{"type":"cilium-cni"}]}`))
-	pollUntil(t, reassertBound, "chained into the new primary", func() bool { return fileChainedLast(e.conf("05-cilium.conflist"), testSocket) })
+	pollUntil(t, waitBound, "chained into the new primary", func() bool { return fileChainedLast(e.conf("05-cilium.conflist"), testSocket) })
 }
 
 // TestRunWaitsForConfDir: no config directory, then an empty one, then a
@@ -84,7 +84,7 @@ func TestRunWaitsForConfDir(t *testing.T) {
 	cfg.ConfDir = filepath.Join(e.confDir, "later")
 	in := newInstaller(t, cfg)
 	startRun(t, testCtx(t), in)
-	pollUntil(t, reassertBound, "first pass", func() bool { return in.Stats().Passes > 0 })
+	pollUntil(t, waitBound, "first pass", func() bool { return in.Stats().Passes > 0 })
 	if in.Installed() {
 		t.Fatal("installed without a config directory")
 	}
@@ -92,11 +92,11 @@ func TestRunWaitsForConfDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Run re-tries the watch every second.
-	pollUntil(t, watchRetry+reassertBound, "pass on the new directory", func() bool { return in.Stats().Passes > 1 })
+	pollUntil(t, watchRetry+waitBound, "pass on the new directory", func() bool { return in.Stats().Passes > 1 })
 	passes := in.Stats().Passes
 	path := filepath.Join(cfg.ConfDir, "10-calico.conflist")
 	renameOver(t, path, []byte(calicoList))
-	pollUntil(t, reassertBound, "installed once the primary appears", func() bool { return in.Installed() && fileChainedLast(path, testSocket) })
+	pollUntil(t, waitBound, "installed once the primary appears", func() bool { return in.Installed() && fileChainedLast(path, testSocket) })
 	if in.Stats().Passes-passes > 5 {
 		t.Errorf("%d passes for one new file", in.Stats().Passes-passes)
 	}
@@ -114,13 +114,13 @@ func TestRunRestoresBinary(t *testing.T) {
 		b, err := os.ReadFile(bin)
 		return err == nil && string(b) == want
 	}
-	pollUntil(t, reassertBound, "install", func() bool { return in.Installed() && isRight() })
+	pollUntil(t, waitBound, "install", func() bool { return in.Installed() && isRight() })
 	if err := os.Remove(bin); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, reassertBound, "binary back after removal", isRight)
+	pollUntil(t, waitBound, "binary back after removal", isRight)
 	renameOver(t, bin, []byte("something else"))
-	pollUntil(t, reassertBound, "binary back after replacement", isRight)
+	pollUntil(t, waitBound, "binary back after replacement", isRight)
 }
 
 // TestRunUpgrade: an old meshlet installed with another socket; the
@@ -141,9 +141,9 @@ func TestRunUpgrade(t *testing.T) {
 	}
 	in := newInstaller(t, e.config())
 	startRun(t, ctx, in)
-	pollUntil(t, reassertBound, "new socket", func() bool { return fileChainedLast(path, testSocket) })
+	pollUntil(t, waitBound, "new socket", func() bool { return fileChainedLast(path, testSocket) })
 	renameOver(t, path, []byte(calicoList))
-	pollUntil(t, reassertBound, "re-assert after the primary CNI's rewrite", func() bool { return fileChainedLast(path, testSocket) })
+	pollUntil(t, waitBound, "re-assert after the primary CNI's rewrite", func() bool { return fileChainedLast(path, testSocket) })
 }
 
 // TestRunOwnConflistFollowsPrimary: with OwnConflist, a change to the
@@ -156,16 +156,16 @@ func TestRunOwnConflistFollowsPrimary(t *testing.T) {
 	in := newInstaller(t, cfg)
 	startRun(t, testCtx(t), in)
 	own := e.conf(OwnConflistName)
-	pollUntil(t, reassertBound, "install", func() bool { return in.Installed() && fileChainedLast(own, testSocket) })
+	pollUntil(t, waitBound, "install", func() bool { return in.Installed() && fileChainedLast(own, testSocket) })
 	renameOver(t, e.conf("10-calico.conflist"), []byte(otherList))
-	pollUntil(t, reassertBound, "copy follows", func() bool {
+	pollUntil(t, waitBound, "copy follows", func() bool {
 		b, err := os.ReadFile(own)
 		return err == nil && chainedLast(b, testSocket) && jsonEqual(mustName(b), []byte(`"other"`))
 	})
 	if err := os.Remove(own); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, reassertBound, "own conflist back", func() bool { return fileChainedLast(own, testSocket) })
+	pollUntil(t, waitBound, "own conflist back", func() bool { return fileChainedLast(own, testSocket) })
 }
 
 func mustName(b []byte) []byte {
@@ -189,7 +189,7 @@ func TestRunLoopGuard(t *testing.T) {
 	in.cfg.OnReassert = func(string, time.Duration) { writes.Add(1) }
 	ctx := testCtx(t)
 	startRun(t, ctx, in)
-	pollUntil(t, reassertBound, "install", in.Installed)
+	pollUntil(t, waitBound, "install", in.Installed)
 	writes.Store(0)
 	passes := in.Stats().Passes
 
@@ -230,7 +230,7 @@ func TestRunStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	done := make(chan error, 1)
 	go func() { done <- in.Run(ctx) }()
-	pollUntil(t, reassertBound, "first pass", func() bool { return in.Stats().Passes > 0 })
+	pollUntil(t, waitBound, "first pass", func() bool { return in.Stats().Passes > 0 })
 	cancel()
 	select {
 	case err := <-done:
@@ -257,7 +257,7 @@ func TestRunHeldByUninstall(t *testing.T) {
 	}
 	ctx := testCtx(t)
 	startRun(t, ctx, in)
-	pollUntil(t, reassertBound, "install", in.Installed)
+	pollUntil(t, waitBound, "install", in.Installed)
 	if err := in.Uninstall(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -280,5 +280,5 @@ func TestRunHeldByUninstall(t *testing.T) {
 		t.Fatalf("Install: %v", err)
 	}
 	renameOver(t, path, []byte(calicoList))
-	pollUntil(t, reassertBound, "Run re-asserts again", func() bool { return fileChainedLast(path, testSocket) })
+	pollUntil(t, waitBound, "Run re-asserts again", func() bool { return fileChainedLast(path, testSocket) })
 }
