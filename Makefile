@@ -66,7 +66,7 @@ deps:
 ## phases: the end-to-end tests that need only the runtime while the control
 ## plane, the kubelet and helm build beside them; then the rest of the end-to-end
 ## tests, with every other package (the image's build for the host among
-## them) beside them at a lower priority
+## them) beside them
 test: deps
 	MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" GO=$(GO) ./hack/test.sh $(TEST_FLAGS)
 
