@@ -13,7 +13,7 @@ import (
 // configure the test harness and its install scripts (binaries' and
 // downloads' directories), and reach meshlet's environment when the tests
 // start it. They are not warned about.
-var NonFlagEnv = []string{"MESHLET_CACHE", "MESHLET_CLUSTER_BIN", "MESHLET_CNI_PLUGINS", "MESHLET_E2E_BIN", "MESHLET_FAULT_SEED", "MESHLET_HELM", "MESHLET_IMAGE_TEST_PLATFORMS", "MESHLET_KUBE_BIN"}
+var NonFlagEnv = []string{"MESHLET_CACHE", "MESHLET_CLUSTER_BIN", "MESHLET_CNI_PLUGINS", "MESHLET_CONTAINERD17_BIN", "MESHLET_CRIO_BIN", "MESHLET_E2E_BIN", "MESHLET_FAULT_SEED", "MESHLET_HELM", "MESHLET_IMAGE_TEST_PLATFORMS", "MESHLET_KUBE_BIN"}
 
 // DescribeEnv makes fs's usage (-h, or a bad flag) name each flag's
 // environment variable, which is how a DaemonSet sets it. Call it once

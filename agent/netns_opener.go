@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -12,11 +11,11 @@ import (
 
 // netnsOpener adapts agent/netns to the core's NetnsOpener port. Beyond
 // the kernel's word that a path is a network namespace (netns.Open), it
-// refuses two things a runtime never sends for a pod: a path that is not
-// absolute and clean (no "..", no "//"), and the node's own network
-// namespace. The second would have meshlet redirect the node's traffic
-// to ztunnel: a host-network pod the runtime did not flag as one, or a
-// runtime bug, must fail that pod, not the node.
+// refuses two things: a path that is not absolute and clean (no "..", no
+// "//"), and the node's own network namespace (enroll.ErrNodeNetns). The
+// second would have meshlet redirect the node's traffic to ztunnel; the
+// core takes such a pod for what it is, a host-network pod (CRI-O reports
+// the node's namespace, pinned, for those).
 type netnsOpener struct {
 	node uint64 // the node's netns inode
 	// anyIPs hands out namespaces whose HoldsAddrs accepts any address
@@ -28,9 +27,6 @@ var (
 	_ enroll.NetnsOpener = netnsOpener{}
 	_ enroll.Netns       = (*netns.Handle)(nil)
 )
-
-// errNodeNetns is a pod netns path that names the node's own namespace.
-var errNodeNetns = errors.New("it is the node's own network namespace: a pod's rules there would redirect the node's traffic")
 
 // newNetnsOpener identifies the node's network namespace: the one at
 // hostNetnsFd (redirect.Config.HostNetnsFd), or meshlet's own when it is
@@ -61,7 +57,7 @@ func (o netnsOpener) Open(path string) (enroll.Netns, error) {
 	}
 	if h.Inode() == o.node {
 		_ = h.Close()
-		return nil, fmt.Errorf("netns %s (inode %d): %w", path, h.Inode(), errNodeNetns)
+		return nil, fmt.Errorf("netns %s (inode %d): %w", path, h.Inode(), enroll.ErrNodeNetns)
 	}
 	if o.anyIPs {
 		return anyIPsNetns{h}, nil

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/internal/privtest"
@@ -23,7 +24,7 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := own.Open("/proc/self/ns/net"); !errors.Is(err, errNodeNetns) {
+	if _, err := own.Open("/proc/self/ns/net"); !errors.Is(err, enroll.ErrNodeNetns) {
 		t.Fatalf("opening meshlet's own netns as a pod's: %v, want it refused as the node's", err)
 	}
 	h, err := own.Open(pod)
@@ -44,7 +45,7 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := other.Open(nodePath); !errors.Is(err, errNodeNetns) {
+	if _, err := other.Open(nodePath); !errors.Is(err, enroll.ErrNodeNetns) {
 		t.Fatalf("opening the node's netns (by fd) as a pod's: %v, want it refused", err)
 	}
 	h, err = other.Open("/proc/self/ns/net")

@@ -19,6 +19,7 @@ type nopNetns struct{ inode uint64 }
 func (n nopNetns) Inode() uint64                      { return n.inode }
 func (n nopNetns) WithFd(fn func(fd int) error) error { return fn(0) }
 func (n nopNetns) HoldsAddrs([]netip.Addr) error      { return nil }
+func (n nopNetns) PodAddrs() ([]netip.Addr, error)    { return nil, nil }
 func (n nopNetns) Close() error                       { return nil }
 
 type inodeOpener struct{ inodes map[string]nopNetns }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -85,6 +86,10 @@ type Core struct {
 	// generation counts changes to the set of published records: the
 	// checkpoint writer rewrites the file only when it moved.
 	generation uint64
+
+	// addrsFromNetns: a pod's IPs were read from its namespace (podAddrs),
+	// which is logged once.
+	addrsFromNetns atomic.Bool
 }
 
 // podView is one pod as readers see it. record points into the pod's
@@ -497,13 +502,27 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		return c.fail(ctx, s, StepNetns, ErrNoNetns)
 	}
 	ns, err := c.ports.Opener.Open(pod.NetnsPath)
+	if errors.Is(err, ErrNodeNetns) && !pod.HostNetwork {
+		// A host-network pod whose runtime reports the node's namespace
+		// (CRI-O pins it, as it pins a pod's own) rather than none
+		// (containerd): decided again, as what it is.
+		podDebug(ctx, pod, "Pod shares the node's network namespace: deciding it as a host-network pod", "netns", pod.NetnsPath)
+		pod.HostNetwork = true
+		return c.converge(ctx, s, h)
+	}
 	if err != nil {
 		return c.fail(ctx, s, StepNetns, err)
+	}
+	old := s.enrolled
+	if len(pod.IPs) == 0 {
+		if err := c.podAddrs(ctx, pod, ns, old); err != nil {
+			_ = ns.Close()
+			return c.fail(ctx, s, StepNetns, err)
+		}
 	}
 	rec := Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
 		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}
 
-	old := s.enrolled
 	if old != nil && old.sameEnrollment(&rec) {
 		// The common case (Synchronize after a restart, the CreateContainer
 		// gate, watchers): nothing allocated, nothing changed.
@@ -712,4 +731,24 @@ func podDebug(ctx context.Context, pod *Pod, msg string, kv ...any) {
 // Enroll stays free of logger allocations.
 func podLogger(ctx context.Context, pod *Pod) klog.Logger {
 	return klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
+}
+
+// podAddrs gives a pod whose source reported no IPs (containerd 1.7's NRI
+// events carry none) the addresses its namespace holds: those it was
+// enrolled with, while the namespace is the same, else read from it. The
+// first time, the core says so. ns.Close is the caller's.
+func (c *Core) podAddrs(ctx context.Context, pod *Pod, ns Netns, old *Workload) error {
+	if old != nil && old.NetnsInode == ns.Inode() {
+		pod.IPs = old.IPs
+		return nil
+	}
+	if !c.addrsFromNetns.Swap(true) {
+		klog.FromContext(ctx).Info("The pod source gives no pod IPs: reading each pod's addresses from its network namespace")
+	}
+	ips, err := ns.PodAddrs()
+	if err != nil {
+		return err
+	}
+	pod.IPs = ips
+	return nil
 }

@@ -556,3 +556,50 @@ func TestUnmeshAll(t *testing.T) {
 		}
 	}
 }
+
+// TestEnrollReadsIPsTheSourceDidNotGive: a pod whose source gave no IPs
+// (containerd 1.7's NRI events carry none) is enrolled with the addresses
+// its namespace holds, read once while the namespace stays the same.
+func TestEnrollReadsIPsTheSourceDidNotGive(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	inNetns := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	h.opener.addrs = map[string][]netip.Addr{p.NetnsPath: inNetns}
+	for range 2 { // RunPodSandbox, then the CreateContainer gate
+		if res, err := h.core.Enroll(ctx, p); err != nil || !res.Enrolled {
+			t.Fatalf("Enroll = %+v, %v", res, err)
+		}
+	}
+	if got := h.proxy.added["a"].IPs; !slices.Equal(got, inNetns) {
+		t.Fatalf("ztunnel got IPs %v, want the namespace's %v", got, inNetns)
+	}
+	if h.opener.addrReads != 1 {
+		t.Fatalf("the namespace's addresses were read %d times, want once", h.opener.addrReads)
+	}
+	// Given by the source: taken as given, not read.
+	q := h.pod("b", 200, meshOn)
+	q.IPs = []netip.Addr{netip.MustParseAddr("10.0.0.6")}
+	if _, err := h.core.Enroll(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if h.opener.addrReads != 1 || !slices.Equal(h.proxy.added["b"].IPs, q.IPs) {
+		t.Fatalf("a pod with IPs: %d reads, ztunnel got %v", h.opener.addrReads, h.proxy.added["b"].IPs)
+	}
+}
+
+// TestPodInTheNodesNetnsIsHostNetwork: a pod whose namespace is the node's
+// own (CRI-O reports the node's, pinned, for a host-network pod) is decided
+// as a host-network pod: skipped, nothing applied, no failure.
+func TestPodInTheNodesNetnsIsHostNetwork(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	h.opener.node = map[string]bool{p.NetnsPath: true}
+	res, err := h.core.Enroll(ctx, p)
+	if err != nil || res.Enrolled || res.Reason != "host-network" {
+		t.Fatalf("Enroll = %+v, %v; want skipped as host-network", res, err)
+	}
+	wantCalls(t, h)
+	if st, _ := h.core.Status("a"); st.State != StateSkipped {
+		t.Fatalf("state %v, want skipped", st.State)
+	}
+}

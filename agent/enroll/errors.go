@@ -43,6 +43,11 @@ func FailedStep(err error) Step {
 // namespace path.
 var ErrNoNetns = errors.New("pod has no network namespace path")
 
+// ErrNodeNetns is the cause a NetnsOpener gives for a pod whose namespace
+// is the node's own. Rules there would redirect the node's traffic; such a
+// pod shares the host's network, and the core decides it as one.
+var ErrNodeNetns = errors.New("it is the node's own network namespace: a pod's rules there would redirect the node's traffic")
+
 // ErrOutOfTime is the cause when the caller's deadline passed before a step
 // could start: the step was not attempted.
 var ErrOutOfTime = errors.New("out of time before this step")

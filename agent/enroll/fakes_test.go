@@ -83,7 +83,8 @@ func (f fixedSettings) PodSettings(*Pod, PodInfo) (SettingsOverride, []string) {
 
 type fakeNetns struct {
 	inode      uint64
-	withoutIPs bool // the pod's IPs are not in it
+	withoutIPs bool         // the pod's IPs are not in it
+	addrs      []netip.Addr // what PodAddrs finds
 	opener     *fakeOpener
 	once       sync.Once
 	closed     atomic.Bool
@@ -107,6 +108,13 @@ func (n *fakeNetns) HoldsAddrs(ips []netip.Addr) error {
 	return nil
 }
 
+func (n *fakeNetns) PodAddrs() ([]netip.Addr, error) {
+	n.opener.mu.Lock()
+	defer n.opener.mu.Unlock()
+	n.opener.addrReads++
+	return n.addrs, nil
+}
+
 func (n *fakeNetns) Close() error {
 	closed := false
 	n.once.Do(func() { closed = true })
@@ -122,9 +130,12 @@ func (n *fakeNetns) Close() error {
 
 type fakeOpener struct {
 	mu         sync.Mutex
-	inodes     map[string]uint64 // path → inode; missing path: ENOENT
-	withoutIPs map[string]bool   // namespaces that do not hold their pod's IPs
+	inodes     map[string]uint64       // path → inode; missing path: ENOENT
+	withoutIPs map[string]bool         // namespaces that do not hold their pod's IPs
+	addrs      map[string][]netip.Addr // what each namespace's PodAddrs finds
+	node       map[string]bool         // paths that name the node's own namespace
 	open       int
+	addrReads  int // PodAddrs calls
 }
 
 func (o *fakeOpener) Open(path string) (Netns, error) {
@@ -134,8 +145,11 @@ func (o *fakeOpener) Open(path string) (Netns, error) {
 	if !ok {
 		return nil, fmt.Errorf("open %s: no such file or directory", path)
 	}
+	if o.node[path] {
+		return nil, fmt.Errorf("netns %s: %w", path, ErrNodeNetns)
+	}
 	o.open++
-	return &fakeNetns{inode: ino, withoutIPs: o.withoutIPs[path], opener: o}, nil
+	return &fakeNetns{inode: ino, withoutIPs: o.withoutIPs[path], addrs: o.addrs[path], opener: o}, nil
 }
 
 func (o *fakeOpener) set(path string, inode uint64) {

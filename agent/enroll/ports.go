@@ -45,6 +45,10 @@ type Netns interface {
 	// HoldsAddrs fails unless every address is assigned to an interface
 	// in the namespace.
 	HoldsAddrs(ips []netip.Addr) error
+	// PodAddrs returns the global unicast addresses the namespace's
+	// interfaces hold, loopback aside: a pod's IPs, where its source
+	// gave none.
+	PodAddrs() ([]netip.Addr, error)
 	Close() error
 }
 

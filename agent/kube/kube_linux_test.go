@@ -115,6 +115,7 @@ type fakeNetns struct{ ino uint64 }
 func (n fakeNetns) Inode() uint64                      { return n.ino }
 func (n fakeNetns) WithFd(fn func(fd int) error) error { return fn(0) }
 func (n fakeNetns) HoldsAddrs([]netip.Addr) error      { return nil }
+func (n fakeNetns) PodAddrs() ([]netip.Addr, error)    { return nil, nil }
 func (n fakeNetns) Close() error                       { return nil }
 
 type fakePorts struct {

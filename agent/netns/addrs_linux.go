@@ -20,6 +20,63 @@ func (h *Handle) HoldsAddrs(want []netip.Addr) error {
 	if len(want) == 0 {
 		return nil
 	}
+	have, err := h.addrList()
+	if err != nil {
+		return err
+	}
+	assigned := make(map[netip.Addr]bool, len(have))
+	var held []string
+	for _, a := range have {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			assigned[ip.Unmap()] = true
+			held = append(held, ip.Unmap().String())
+		}
+	}
+	var missing []string
+	for _, ip := range want {
+		if !assigned[ip.Unmap().WithZone("")] {
+			missing = append(missing, ip.String())
+		}
+	}
+	if len(missing) > 0 {
+		// What it does hold tells a namespace that is not the pod's from
+		// one whose interfaces are not configured yet.
+		return fmt.Errorf("netns %s (inode %d): %w: %s (it holds: %s)", h.path, h.inode, ErrAddrsMissing,
+			strings.Join(missing, ", "), strings.Join(held, ", "))
+	}
+	return nil
+}
+
+// PodAddrs returns the addresses a pod's interfaces hold in the namespace:
+// every global unicast address outside the loopback device, IPv4 first,
+// in the kernel's order. For runtimes whose events carry no pod IPs.
+func (h *Handle) PodAddrs() ([]netip.Addr, error) {
+	have, err := h.addrList()
+	if err != nil {
+		return nil, err
+	}
+	var v4, v6 []netip.Addr
+	for _, a := range have {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if !ip.IsGlobalUnicast() || ip.IsLoopback() {
+			continue
+		}
+		if ip.Is4() {
+			v4 = append(v4, ip)
+		} else {
+			v6 = append(v6, ip)
+		}
+	}
+	return append(v4, v6...), nil
+}
+
+// addrList dumps the namespace's addresses through a netlink socket
+// created in it on RunIn's thread.
+func (h *Handle) addrList() ([]netlink.Addr, error) {
 	var have []netlink.Addr
 	err := h.WithFd(func(fd int) error {
 		var nh *netlink.Handle
@@ -45,22 +102,7 @@ func (h *Handle) HoldsAddrs(want []netip.Addr) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("netns %s (inode %d): list addresses: %w", h.path, h.inode, err)
+		return nil, fmt.Errorf("netns %s (inode %d): list addresses: %w", h.path, h.inode, err)
 	}
-	assigned := make(map[netip.Addr]bool, len(have))
-	for _, a := range have {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			assigned[ip.Unmap()] = true
-		}
-	}
-	var missing []string
-	for _, ip := range want {
-		if !assigned[ip.Unmap().WithZone("")] {
-			missing = append(missing, ip.String())
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("netns %s (inode %d): %w: %s", h.path, h.inode, ErrAddrsMissing, strings.Join(missing, ", "))
-	}
-	return nil
+	return have, nil
 }

@@ -3,6 +3,8 @@ package netns_test
 import (
 	"errors"
 	"net/netip"
+	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,8 +26,8 @@ func TestHoldsAddrs(t *testing.T) {
 	}
 	other := netip.MustParseAddr("192.0.2.99")
 	err = h.HoldsAddrs([]netip.Addr{v4, other})
-	if !errors.Is(err, netns.ErrAddrsMissing) || !strings.Contains(err.Error(), "192.0.2.99") || strings.Contains(err.Error(), "192.0.2.10,") {
-		t.Fatalf("HoldsAddrs with an address the namespace lacks = %v; want ErrAddrsMissing naming 192.0.2.99 only", err)
+	if !errors.Is(err, netns.ErrAddrsMissing) || !strings.Contains(err.Error(), ": 192.0.2.99 (it holds: 192.0.2.10, 2001:db8::10)") {
+		t.Fatalf("HoldsAddrs with an address the namespace lacks = %v; want ErrAddrsMissing naming 192.0.2.99 only, then what it holds", err)
 	}
 
 	empty, err := netns.Open(netnstest.New(t))
@@ -39,6 +41,41 @@ func TestHoldsAddrs(t *testing.T) {
 	_ = empty.Close()
 	if err := empty.HoldsAddrs([]netip.Addr{v4}); !errors.Is(err, netns.ErrClosed) {
 		t.Fatalf("HoldsAddrs on a closed handle = %v, want ErrClosed", err)
+	}
+}
+
+// TestPodAddrs: a pod's addresses as its namespace holds them, IPv4
+// first; loopback and link-local addresses are not a pod's IPs.
+func TestPodAddrs(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
+	h, err := netns.Open(netnstest.NewWithAddrs(t, v6, v4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	got, err := h.PodAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, []netip.Addr{v4, v6}) {
+		t.Fatalf("PodAddrs = %v, want [%v %v]", got, v4, v6)
+	}
+
+	onlyLo := netnstest.New(t)
+	if out, err := exec.Command("nsenter", "--net="+onlyLo, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
+		t.Fatalf("lo up: %v: %s", err, out)
+	}
+	empty, err := netns.Open(onlyLo) // 127.0.0.1 and ::1 only
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if got, err := empty.PodAddrs(); err != nil || len(got) != 0 {
+		t.Fatalf("PodAddrs of a namespace with only loopback = %v, %v; want none", got, err)
+	}
+	_ = empty.Close()
+	if _, err := empty.PodAddrs(); !errors.Is(err, netns.ErrClosed) {
+		t.Fatalf("PodAddrs on a closed handle = %v, want ErrClosed", err)
 	}
 }
 

@@ -23,3 +23,6 @@ func RunIn(fd int, fn func() error) error { return errUnsupported }
 
 // HoldsAddrs is only implemented on Linux.
 func (h *Handle) HoldsAddrs(want []netip.Addr) error { return errUnsupported }
+
+// PodAddrs is only implemented on Linux.
+func (h *Handle) PodAddrs() ([]netip.Addr, error) { return nil, errUnsupported }
