@@ -35,6 +35,15 @@ CRICTL_VERSION=v1.37.0
 # helm (hack/install-helm.sh).
 HELM_VERSION=v3.22.0
 
+# The other runtimes the end-to-end matrix runs on. Each builds in a module
+# of its own (thirdparty_own_module), not the shared one: they are older
+# than the Kubernetes above, and built against its newer libraries they do
+# not compile. containerd 1.7.x, the newest the proxy serves
+# (test/e2e/install-containerd17.sh):
+CONTAINERD17_VERSION=v1.7.35
+# CRI-O (test/e2e/install-crio.sh); the proxy serves no newer one.
+CRIO_VERSION=v1.34.0
+
 # Absolute: builds run in the module's directory.
 THIRDPARTY_CACHE="$(realpath -m "${MESHLET_CACHE:-$HOME/.cache/meshlet}")"
 THIRDPARTY_KEY="k8s-$K8S_VERSION-etcd-$ETCD_VERSION-containerd-$CONTAINERD_VERSION-crictl-$CRICTL_VERSION-helm-$HELM_VERSION"
@@ -121,4 +130,42 @@ k8s_version_ldflags() {
   local minor=${K8S_VERSION#v1.}
   minor=${minor%%.*}
   echo "-X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+}
+
+# thirdparty_own_module DIR MODULE@VERSION PACKAGE... prepares (once) a
+# throwaway module in DIR that requires MODULE@VERSION and imports each
+# PACKAGE, with MODULE's own go.sum (its checksums, so that resolving needs
+# no lookup the proxy might refuse) and its own dependency versions. Call
+# it holding thirdparty_lock.
+thirdparty_own_module() {
+  local dir=$1 modver=$2
+  shift 2
+  if [ -f "$dir/.ready" ]; then
+    return 0
+  fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  local src
+  src=$(cd "$dir" && go mod download -json "$modver" | sed -n 's/.*"Dir": "\(.*\)",/\1/p')
+  if [ ! -d "$src" ]; then
+    echo "thirdparty: go mod download $modver printed no directory" >&2
+    return 1
+  fi
+  {
+    echo "module meshlet.local/thirdparty-own"
+    echo
+    echo "go 1.26"
+    echo
+    echo "require ${modver%@*} ${modver#*@}"
+  } >"$dir/go.mod"
+  {
+    echo "//go:build tools"
+    echo
+    echo "package tools"
+    echo
+    local pkg
+    for pkg in "$@"; do echo "import _ \"$pkg\""; done
+  } >"$dir/tools.go"
+  install -m 0644 "$src/go.sum" "$dir/go.sum"
+  (cd "$dir" && go mod tidy) >&2
+  touch "$dir/.ready"
 }

@@ -65,7 +65,7 @@ var faults = []fault{
 		// removals from its CRI listings.
 		name: "containerd restarted",
 		inject: func(t *testing.T, _ *mesh) {
-			if err := theEnv(t).RestartContainerd(); err != nil {
+			if err := theEnv(t).RestartRuntime(); err != nil {
 				t.Error(err)
 			}
 		},

@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	}
 	shared.Set(e)
 	code := m.Run()
+	if !stopRuntimeEnvs(code == 0) {
+		code = 1
+	}
 	if err := e.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e teardown:", err)
 		code = 1

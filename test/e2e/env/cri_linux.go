@@ -100,9 +100,11 @@ func (e *Env) StartContainer(podID string, p PodSpec, name string) (string, erro
 func (e *Env) StartContainerWithCDI(podID string, p PodSpec, name string, cdi ...string) (string, error) {
 	config := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: name},
-		Image:    &runtimeapi.ImageSpec{Image: Image},
-		Command:  []string{"/pause"},
-		LogPath:  name + ".log",
+		// The name as the pod spec gives it, as the kubelet passes it:
+		// CRI-O refuses a container without it.
+		Image:   &runtimeapi.ImageSpec{Image: Image, UserSpecifiedImage: Image},
+		Command: []string{"/pause"},
+		LogPath: name + ".log",
 		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
 		}},
@@ -219,4 +221,20 @@ func (e *Env) RemovePods(ids ...string) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// RemoveAllPods removes every sandbox the runtime has (as crictl rmp --all
+// --force).
+func (e *Env) RemoveAllPods() error {
+	var ids []string
+	if err := e.cri("list pods", func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
+		r, err := c.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		for _, sb := range r.GetItems() {
+			ids = append(ids, sb.GetId())
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	return e.RemovePods(ids...)
 }

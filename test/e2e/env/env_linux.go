@@ -26,16 +26,22 @@ const Subnet = "203.0.113.0/24"
 
 // Options configures an environment.
 type Options struct {
-	// BinDir holds containerd, ctr, containerd-shim-runc-v2 and crictl
+	// BinDir holds containerd 2.x, ctr, containerd-shim-runc-v2 and crictl
 	// (test/e2e/install.sh prints it).
 	BinDir string
+	// Runtime is the runtime the environment runs (Containerd if empty).
+	Runtime Runtime
+	// RuntimeBinDir holds the runtime's binaries (its installer prints
+	// it); BinDir if empty.
+	RuntimeBinDir string
 	// Dir is the working directory (config, state, sockets, logs). Keep it
 	// short: Unix socket paths are limited to 108 bytes.
 	Dir string
-	// RequiredPlugins, if set, configures containerd's NRI default
-	// validator to refuse containers while these plugins are absent.
+	// RequiredPlugins, if set, configures containerd 2.x's NRI default
+	// validator to refuse containers while these plugins are absent. The
+	// other runtimes have no such validator: Start fails.
 	RequiredPlugins []string
-	// DisableNRI starts containerd without NRI, as on a node where the
+	// DisableNRI starts the runtime without NRI, as on a node where the
 	// CNI fallback must enroll pods.
 	DisableNRI bool
 	// Logf receives progress lines.
@@ -44,13 +50,14 @@ type Options struct {
 
 // Env is a running environment.
 type Env struct {
-	opts       Options
-	Netns      string // name under /run/netns
-	Meshlet    string // meshlet binary
-	CRISocket  string
-	NRISocket  string
-	containerd *exec.Cmd
-	cdExited   chan error
+	opts      Options
+	kind      *runtimeKind
+	Netns     string // name under /run/netns
+	Meshlet   string // meshlet binary
+	CRISocket string
+	NRISocket string
+	runtime   *exec.Cmd
+	rtExited  chan error
 	// netnsShared: NetnsDir made the runtime's netns dir a shared mount.
 	netnsShared bool
 }
@@ -61,17 +68,33 @@ func (e *Env) path(p ...string) string { return filepath.Join(append([]string{e.
 var envSeq int
 
 // Start builds the binaries the tests need, creates the network namespace,
-// writes the configuration, starts containerd and imports the image.
+// writes the configuration, starts the runtime and imports the image.
 func Start(opts Options) (_ *Env, err error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
-	for _, b := range []string{"containerd", "ctr", "containerd-shim-runc-v2", "crictl"} {
-		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
-			return nil, fmt.Errorf("e2e binary %s missing in %q (run test/e2e/install.sh): %w", b, opts.BinDir, err)
+	kind, err := kindOf(opts.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Runtime == "" {
+		opts.Runtime = Containerd
+	}
+	if opts.RuntimeBinDir == "" {
+		opts.RuntimeBinDir = opts.BinDir
+	}
+	if len(opts.RequiredPlugins) > 0 && !kind.validator {
+		return nil, fmt.Errorf("%s has no NRI validator to require plugins %q with", opts.Runtime, opts.RequiredPlugins)
+	}
+	if _, err := os.Stat(filepath.Join(opts.BinDir, "crictl")); err != nil {
+		return nil, fmt.Errorf("e2e binary crictl missing in %q (run test/e2e/install.sh): %w", opts.BinDir, err)
+	}
+	for _, b := range kind.binaries {
+		if _, err := os.Stat(filepath.Join(opts.RuntimeBinDir, b)); err != nil {
+			return nil, fmt.Errorf("%s binary %s missing in %q (run its installer under test/e2e): %w", opts.Runtime, b, opts.RuntimeBinDir, err)
 		}
 	}
-	for _, b := range []string{"runc", "ip", "nsenter", "nft"} {
+	for _, b := range append([]string{"runc", "ip", "nsenter", "nft"}, kind.commands...) {
 		if _, err := exec.LookPath(b); err != nil {
 			return nil, fmt.Errorf("e2e needs %s on PATH: %w", b, err)
 		}
@@ -80,8 +103,8 @@ func Start(opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("e2e needs the CNI plugins in /usr/lib/cni (Debian containernetworking-plugins): %w", err)
 	}
 	envSeq++
-	e := &Env{opts: opts, Netns: fmt.Sprintf("meshlet-e2e-%d-%d", os.Getpid(), envSeq)}
-	e.CRISocket = e.path("containerd.sock")
+	e := &Env{opts: opts, kind: kind, Netns: fmt.Sprintf("meshlet-e2e-%d-%d", os.Getpid(), envSeq)}
+	e.CRISocket = e.path("cri.sock")
 	e.NRISocket = e.path("nri.sock")
 	defer func() {
 		if err != nil {
@@ -105,17 +128,34 @@ func Start(opts Options) (_ *Env, err error) {
 	if err := e.writeConfig(); err != nil {
 		return nil, err
 	}
-	if err := e.startContainerd(); err != nil {
-		return nil, err
-	}
 	if err := writeImage(e.path("image.tar"), Image, e.path("bin", "pause")); err != nil {
 		return nil, fmt.Errorf("build image: %w", err)
 	}
-	if out, err := e.ctr("images", "import", e.path("image.tar")); err != nil {
-		return nil, fmt.Errorf("import image: %w: %s", err, out)
+	if kind.imageBefore {
+		if err := kind.loadImage(e, e.path("image.tar")); err != nil {
+			return nil, fmt.Errorf("load image: %w", err)
+		}
+	}
+	if err := e.startRuntime(); err != nil {
+		return nil, err
+	}
+	if !kind.imageBefore {
+		if err := kind.loadImage(e, e.path("image.tar")); err != nil {
+			return nil, fmt.Errorf("load image: %w", err)
+		}
 	}
 	return e, nil
 }
+
+// BinDir is Options.BinDir (crictl, containerd 2.x).
+func (e *Env) BinDir() string { return e.opts.BinDir }
+
+// Runtime is the runtime the environment runs.
+func (e *Env) Runtime() Runtime { return e.opts.Runtime }
+
+// HasValidator reports whether the runtime's NRI can refuse containers
+// while a required plugin is absent (containerd 2.x's default validator).
+func (e *Env) HasValidator() bool { return e.kind.validator }
 
 // build compiles meshlet and the pause binary from this module.
 func (e *Env) build() error {
@@ -148,6 +188,9 @@ func (e *Env) build() error {
 		{e.path("bin", "meshlet-cni"), "./cmd/meshlet-cni", trimpath, noCgo},
 		{e.path("bin", "meshlet-gate"), "./cmd/meshlet-gate", trimpath, noCgo},
 		{e.path("bin", "pause"), "./test/e2e/pause", trimpath, noCgo},
+	}
+	if e.opts.Runtime == CRIO {
+		builds = append(builds, build{e.path("bin", "oomrunc"), "./test/e2e/oomrunc", trimpath, noCgo})
 	}
 	for _, b := range builds {
 		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)
@@ -183,60 +226,7 @@ func checkRaces(logs string) error {
 }
 
 func (e *Env) writeConfig() error {
-	validator := ""
-	if len(e.opts.RequiredPlugins) > 0 {
-		q := make([]string, len(e.opts.RequiredPlugins))
-		for i, p := range e.opts.RequiredPlugins {
-			q[i] = fmt.Sprintf("%q", p)
-		}
-		validator = fmt.Sprintf(`
-  [plugins.'io.containerd.nri.v1.nri'.default_validator]
-    enable = true
-    required_plugins = [%s]
-    tolerate_missing_plugins_annotation = 'tolerate-missing-plugins.meshlet.dev'
-`, strings.Join(q, ", "))
-	}
-	cfg := fmt.Sprintf(`version = 3
-root = %[1]q
-state = %[2]q
-
-[grpc]
-  address = %[3]q
-
-[ttrpc]
-  address = %[4]q
-
-[plugins.'io.containerd.shim.v1.manager']
-  socket_dir = %[5]q
-
-[plugins.'io.containerd.cri.v1.runtime']
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-  cdi_spec_dirs = [%[14]q]
-  [plugins.'io.containerd.cri.v1.runtime'.cni]
-    bin_dirs = [%[12]q, '/usr/lib/cni']
-    conf_dir = %[6]q
-  [plugins.'io.containerd.cri.v1.runtime'.containerd]
-    default_runtime_name = 'runc'
-    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
-      runtime_type = 'io.containerd.runc.v2'
-      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
-        BinaryName = %[7]q
-        SystemdCgroup = false
-        Root = %[8]q
-
-[plugins.'io.containerd.cri.v1.images']
-  [plugins.'io.containerd.cri.v1.images'.pinned_images]
-    sandbox = %[9]q
-
-[plugins.'io.containerd.nri.v1.nri']
-  disable = %[13]t
-  socket_path = %[10]q
-  plugin_request_timeout = '2s'
-  plugin_registration_timeout = '5s'
-%[11]s`, e.path("root"), e.path("state"), e.CRISocket, e.path("ttrpc.sock"), e.path("s"),
-		e.path("cni/net.d"), mustLook("runc"), e.path("runc"), Image, e.NRISocket, validator, e.CNIBinDir(), e.opts.DisableNRI, e.CDISpecDir())
-	if err := os.WriteFile(e.path("containerd.toml"), []byte(cfg), 0o644); err != nil {
+	if err := e.kind.writeConfig(e); err != nil {
 		return err
 	}
 	conflist := fmt.Sprintf(`{
@@ -253,7 +243,7 @@ state = %[2]q
 	return os.WriteFile(e.PrimaryConflist(), []byte(conflist), 0o644)
 }
 
-// CNIConfDir and CNIBinDir are containerd's CNI directories (meshlet's
+// CNIConfDir and CNIBinDir are the runtime's CNI directories (meshlet's
 // --cni-conf-dir and --cni-bin-dir); PrimaryConflist is the pod network's
 // conflist in CNIConfDir, as the environment wrote it.
 func (e *Env) CNIConfDir() string      { return e.path("cni/net.d") }
@@ -272,13 +262,13 @@ func (e *Env) GateSocket() string { return e.path("gate.sock") }
 // CNISocket is meshlet's --cni-socket in the environment.
 func (e *Env) CNISocket() string { return e.path("cni.sock") }
 
-// NetnsDir is where containerd bind-mounts pods' network namespaces
-// (netns_mounts_under_state_dir), for a DaemonSet to mount with
+// NetnsDir is where the runtime bind-mounts pods' network namespaces
+// (containerd: netns_mounts_under_state_dir), for a DaemonSet to mount with
 // HostToContainer propagation. That needs a shared mount, which a node's
 // root is (systemd makes it so) but a test machine's may not be: the
 // directory is made a shared bind mount of itself.
 func (e *Env) NetnsDir() (string, error) {
-	dir := e.path("state", "io.containerd.grpc.v1.cri", "netns")
+	dir := e.kind.netnsDir(e)
 	if e.netnsShared {
 		return dir, nil
 	}
@@ -295,7 +285,7 @@ func (e *Env) NetnsDir() (string, error) {
 	return dir, nil
 }
 
-// ImportImage imports an OCI archive into the runtime's k8s.io namespace,
+// ImportImage imports an OCI archive into containerd's k8s.io namespace,
 // as `ctr -n k8s.io images import` does on a node without a registry.
 func (e *Env) ImportImage(tar string) (string, error) { return e.ctr("images", "import", tar) }
 
@@ -307,87 +297,89 @@ func mustLook(name string) string {
 	return p
 }
 
-// startContainerd starts containerd inside the environment's netns and
+// startRuntime starts the runtime inside the environment's netns and
 // waits for its CRI socket.
-func (e *Env) startContainerd() error {
-	logf, err := os.OpenFile(e.path("logs", "containerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+func (e *Env) startRuntime() error {
+	logPath := e.path("logs", string(e.opts.Runtime)+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", "--net="+e.NetnsPath(), filepath.Join(e.opts.BinDir, "containerd"), "--config", e.path("containerd.toml"))
-	cmd.Env = append(os.Environ(), "PATH="+e.opts.BinDir+":"+os.Getenv("PATH"))
+	cmd := exec.Command("nsenter", append([]string{"--net=" + e.NetnsPath()}, e.kind.argv(e)...)...)
+	cmd.Env = append(os.Environ(), "PATH="+e.opts.RuntimeBinDir+":"+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("start containerd: %w", err)
+		return fmt.Errorf("start %s: %w", e.opts.Runtime, err)
 	}
-	e.containerd = cmd
-	e.cdExited = make(chan error, 1)
-	go func() { e.cdExited <- cmd.Wait(); logf.Close() }()
+	e.runtime = cmd
+	e.rtExited = make(chan error, 1)
+	go func() { e.rtExited <- cmd.Wait(); logf.Close() }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err := e.criWithin(5*time.Second, "version", func(ctx context.Context, c runtimeapi.RuntimeServiceClient) error {
 			_, err := c.Version(ctx, &runtimeapi.VersionRequest{})
 			return err
 		}); err == nil {
-			e.opts.Logf("containerd ready (pid %d)", cmd.Process.Pid)
+			e.opts.Logf("%s ready (pid %d)", e.opts.Runtime, cmd.Process.Pid)
 			return nil
 		}
 		select {
-		case err := <-e.cdExited:
-			e.containerd = nil
-			return fmt.Errorf("containerd exited: %v (log: %s)", err, e.path("logs", "containerd.log"))
+		case err := <-e.rtExited:
+			e.runtime = nil
+			return fmt.Errorf("%s exited: %v (log: %s)", e.opts.Runtime, err, logPath)
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("containerd not ready after 30s (log: %s)", e.path("logs", "containerd.log"))
+			return fmt.Errorf("%s not ready after 30s (log: %s)", e.opts.Runtime, logPath)
 		}
 	}
 }
 
-// StopContainerd stops containerd (SIGTERM, then SIGKILL); pods' shims keep
-// running, as on a real node during a runtime restart.
-func (e *Env) StopContainerd() error {
-	if e.containerd == nil {
+// StopRuntime stops the runtime (SIGTERM, then SIGKILL); pods' shims (or
+// conmons) keep running, as on a real node during a runtime restart.
+func (e *Env) StopRuntime() error {
+	if e.runtime == nil {
 		return nil
 	}
-	_ = syscall.Kill(e.containerd.Process.Pid, syscall.SIGTERM)
+	_ = syscall.Kill(e.runtime.Process.Pid, syscall.SIGTERM)
 	select {
-	case <-e.cdExited:
+	case <-e.rtExited:
 	case <-time.After(10 * time.Second):
-		_ = e.containerd.Process.Kill()
-		<-e.cdExited
+		_ = e.runtime.Process.Kill()
+		<-e.rtExited
 	}
-	e.containerd = nil
+	e.runtime = nil
 	return nil
 }
 
-// RestartContainerd stops and starts containerd.
-func (e *Env) RestartContainerd() error {
-	if err := e.StopContainerd(); err != nil {
+// RestartRuntime stops and starts the runtime.
+func (e *Env) RestartRuntime() error {
+	if err := e.StopRuntime(); err != nil {
 		return err
 	}
-	return e.startContainerd()
+	return e.startRuntime()
 }
 
 // Reboot is a node reboot as the runtime sees it, meshlet being already
-// stopped: containerd and every pod process killed, the pods' network
-// namespaces gone, then containerd started again, which finds its pods
+// stopped: the runtime and every pod process killed, the pods' network
+// namespaces gone, then the runtime started again, which finds its pods
 // dead (not ready). Nothing is cleaned up in between, as after a power
 // cut.
 func (e *Env) Reboot() error {
-	if e.containerd != nil {
-		_ = e.containerd.Process.Kill()
-		<-e.cdExited
-		e.containerd = nil
+	if e.runtime != nil {
+		_ = e.runtime.Process.Kill()
+		<-e.rtExited
+		e.runtime = nil
 	}
 	killUnder(e.opts.Dir)
 	unmountUnder(e.path("state"))
-	return e.startContainerd()
+	unmountUnder(e.path("crio"))
+	return e.startRuntime()
 }
 
-// Crictl runs crictl against the environment's containerd.
+// Crictl runs crictl against the environment's runtime.
 func (e *Env) Crictl(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -402,7 +394,7 @@ func (e *Env) Crictl(args ...string) (string, error) {
 }
 
 func (e *Env) ctr(args ...string) (string, error) {
-	out, err := exec.Command(filepath.Join(e.opts.BinDir, "ctr"), append([]string{"--address", e.CRISocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
+	out, err := exec.Command(e.runtimeBin("ctr"), append([]string{"--address", e.CRISocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
 	return string(out), err
 }
 
@@ -413,7 +405,7 @@ func (e *Env) ctr(args ...string) (string, error) {
 func (e *Env) Ctr(timeout time.Duration, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, filepath.Join(e.opts.BinDir, "ctr"), append([]string{"--address", e.CRISocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, e.runtimeBin("ctr"), append([]string{"--address", e.CRISocket, "-n", "k8s.io"}, args...)...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
@@ -430,17 +422,17 @@ func (e *Env) Exec(name string, args ...string) (string, error) {
 // NetnsPath is the environment's network namespace as a path.
 func (e *Env) NetnsPath() string { return "/run/netns/" + e.Netns }
 
-// Stop removes every pod, stops containerd, deletes the namespace and
+// Stop removes every pod, stops the runtime, deletes the namespace and
 // unmounts what the runtime left. It runs even after a failed Start. It
 // fails if a meshlet daemon's log holds a race detector's report.
 func (e *Env) Stop() error {
 	var errs []error
-	if e.containerd != nil {
-		if _, err := e.Crictl("rmp", "--all", "--force"); err != nil {
+	if e.runtime != nil {
+		if err := e.RemoveAllPods(); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := e.StopContainerd(); err != nil {
+	if err := e.StopRuntime(); err != nil {
 		errs = append(errs, err)
 	}
 	// Shims of removed pods exit on their own; any left (a pod rmp could

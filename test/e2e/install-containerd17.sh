@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs containerd 1.7 (containerd, ctr and its runc shim), the older
+# runtime the end-to-end matrix runs meshlet on: NRI is off by default there
+# and its NRI is older (no validator). Built from the Go module proxy in a
+# module of its own under the cache (hack/thirdparty.sh), once, keyed by
+# version. Prints the bin directory on the last line.
+set -euo pipefail
+. "$(dirname "$0")/../../hack/thirdparty.sh"
+
+BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD17_VERSION"
+
+built() { [ -x "$BIN/containerd" ] && [ -x "$BIN/ctr" ] && [ -x "$BIN/containerd-shim-runc-v2" ]; }
+if ! built; then
+  thirdparty_lock
+fi
+if ! built; then
+  echo "containerd 1.7 install: building containerd, ctr and containerd-shim-runc-v2 $CONTAINERD17_VERSION" >&2
+  c=github.com/containerd/containerd/cmd
+  mod="$THIRDPARTY_CACHE/thirdparty-build/containerd-$CONTAINERD17_VERSION"
+  thirdparty_own_module "$mod" "github.com/containerd/containerd@$CONTAINERD17_VERSION" \
+    $c/containerd $c/ctr $c/containerd-shim-runc-v2
+  rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
+  (cd "$mod" && CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" \
+    -o "$BIN.tmp/" $c/containerd $c/ctr $c/containerd-shim-runc-v2)
+  rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
+fi
+echo "$BIN"

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/test/e2e/env"
+)
+
+// runtimeMatrix is every runtime the NRI tests run on, each with the
+// variable its installer's directory comes in (make test sets them all)
+// and what sets it apart, as deploy/README's runtime table says.
+var runtimeMatrix = []matrixRuntime{
+	{runtime: env.Containerd, binVar: "MESHLET_E2E_BIN", installer: "test/e2e/install.sh", eventsCarryIPs: true},
+	{runtime: env.Containerd17, binVar: "MESHLET_CONTAINERD17_BIN", installer: "test/e2e/install-containerd17.sh"},
+	{runtime: env.CRIO, binVar: "MESHLET_CRIO_BIN", installer: "test/e2e/install-crio.sh", eventsCarryIPs: true},
+}
+
+type matrixRuntime struct {
+	runtime   env.Runtime
+	binVar    string
+	installer string
+	// eventsCarryIPs: the runtime's NRI events give a pod's IPs (else
+	// meshlet reads them from the pod's namespace, and says so once).
+	eventsCarryIPs bool
+}
+
+// runtimeEnvs are the environments of the runtimes other than the shared
+// containerd: each starts at its first test (once, whichever test of that
+// runtime comes first) and lives until TestMain stops them
+// (stopRuntimeEnvs).
+var runtimeEnvs = struct {
+	sync.Mutex
+	each map[env.Runtime]*runtimeEnvOnce
+}{each: map[env.Runtime]*runtimeEnvOnce{}}
+
+type runtimeEnvOnce struct {
+	once sync.Once
+	env  *env.Env
+	err  error
+	dir  string
+}
+
+// onEachRuntime runs body once per runtime of the matrix, as subtests named
+// after the runtimes, side by side (each runtime is an environment of its
+// own: netns, sockets, meshlet).
+func onEachRuntime(t *testing.T, body func(t *testing.T, e *env.Env, rt matrixRuntime)) {
+	for _, rt := range runtimeMatrix {
+		t.Run(string(rt.runtime), func(t *testing.T) {
+			t.Parallel()
+			body(t, runtimeEnv(t, rt), rt)
+		})
+	}
+}
+
+// runtimeEnv returns the runtime's environment, started on first use. A
+// runtime whose binaries are missing skips the test, or fails it with
+// CI=true, naming the variable; one that does not start fails every test
+// on it with the reason.
+func runtimeEnv(t *testing.T, rt matrixRuntime) *env.Env {
+	t.Helper()
+	shared := theEnv(t) // root, and crictl, as every runtime's tests need
+	if rt.runtime == env.Containerd {
+		return shared
+	}
+	bin := os.Getenv(rt.binVar)
+	if bin == "" {
+		msg := fmt.Sprintf("%s tests need %s (the directory %s prints; `make test` sets it)", rt.runtime, rt.binVar, rt.installer)
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIPPING: " + msg)
+	}
+	runtimeEnvs.Lock()
+	o := runtimeEnvs.each[rt.runtime]
+	if o == nil {
+		o = &runtimeEnvOnce{}
+		runtimeEnvs.each[rt.runtime] = o
+	}
+	runtimeEnvs.Unlock()
+	o.once.Do(func() {
+		if o.dir, o.err = os.MkdirTemp("", "mle2e-"+strings.ReplaceAll(string(rt.runtime), ".", "")); o.err != nil {
+			return
+		}
+		o.env, o.err = env.Start(env.Options{BinDir: shared.BinDir(), Runtime: rt.runtime, RuntimeBinDir: bin, Dir: o.dir,
+			Logf: func(f string, a ...any) {
+				fmt.Fprintf(os.Stderr, "e2e %s: "+f+"\n", append([]any{rt.runtime}, a...)...)
+			}})
+	})
+	if o.err != nil {
+		t.Fatalf("%s did not start: %v", rt.runtime, o.err)
+	}
+	return o.env
+}
+
+// stopRuntimeEnvs stops the runtimes' environments; it reports whether all
+// stopped cleanly. Their directories are removed when ok and they did.
+func stopRuntimeEnvs(ok bool) bool {
+	runtimeEnvs.Lock()
+	defer runtimeEnvs.Unlock()
+	clean := true
+	for rt, o := range runtimeEnvs.each {
+		if o.env != nil {
+			if err := o.env.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e %s teardown: %v\n", rt, err)
+				clean = false
+			}
+		}
+		switch {
+		case o.dir == "":
+		case ok && clean && o.err == nil:
+			os.RemoveAll(o.dir)
+		default:
+			fmt.Fprintf(os.Stderr, "e2e %s: logs kept in %s/logs\n", rt, o.dir)
+		}
+	}
+	return clean
+}
+
+// TestEnrollmentFailureRefusesPod: with meshlet connected, a pod that must
+// join the mesh and cannot (ztunnel refuses it) does not run: the runtime
+// fails its sandbox with meshlet's reason, and no rules are left in a pod
+// that no longer exists. Every runtime honours a plugin's error from
+// RunPodSandbox; this is the part of failing closed that needs no runtime
+// setting.
+func TestEnrollmentFailureRefusesPod(t *testing.T) { onEachRuntime(t, testEnrollmentFailureRefusesPod) }
+
+func testEnrollmentFailureRefusesPod(t *testing.T, e *env.Env, _ matrixRuntime) {
+	m := startMeshIn(t, e)
+	m.zt.Stop()
+	const reason = "workload refused (test)"
+	m.connectZtunnelDeciding(func(r *zdstest.Request) string {
+		if r.Kind == zdstest.Add {
+			return reason
+		}
+		return ""
+	})
+	spec := env.PodSpec{Name: "refused", Namespace: "app", UID: fmt.Sprintf("uid-refused-%d", podSeq.Add(1)), Labels: ambient}
+	id, err := e.RunPod(spec)
+	if err == nil {
+		_ = e.RemovePod(id)
+		t.Fatalf("%s ran a mesh pod ztunnel refused", e.Runtime())
+	}
+	if !strings.Contains(err.Error(), "could not be enrolled") {
+		t.Fatalf("the sandbox failed, but not with meshlet's reason: %v", err)
+	}
+	ids, err := e.Crictl("pods", "-q", "--name", "^refused$")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(ids) != "" {
+		t.Fatalf("%s kept the refused pod's sandbox: %q", e.Runtime(), ids)
+	}
+	if len(m.adds(spec.UID)) == 0 {
+		t.Fatalf("ztunnel never saw the pod: it was refused before enrollment was tried")
+	}
+}
