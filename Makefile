@@ -22,6 +22,10 @@ VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo d
 # the end-to-end tests, beside each other: more than go test's default 10
 # minutes each. go test's own vet pass is off: make lint runs go vet whole.
 TEST_FLAGS    ?= -race -count=1 -timeout 60m -vet=off
+# The runtime make demo runs (containerd, containerd-1.7, crio) and the
+# installer variable of the one it builds besides containerd 2.x.
+RUNTIME       ?= containerd
+RUNTIME_BIN_VAR = $(if $(filter crio,$(RUNTIME)),MESHLET_CRIO_BIN,$(if $(filter containerd-1.7,$(RUNTIME)),MESHLET_CONTAINERD17_BIN))
 # The image's architecture make test builds and checks: the host's, if the
 # image has it (else amd64; each other one is a cold cross-build of meshlet
 # of several CPU-minutes); make image-test builds and checks every one, the
@@ -60,13 +64,14 @@ image:
 deps:
 	./hack/install-deps.sh
 
-## test: every test tier (unit, kernel, end to end on a real containerd,
-## a real single-node cluster); as root nothing is skipped. hack/test.sh
-## builds the third-party binaries the tests run and runs the tests in two
-## phases: the end-to-end tests that need only the runtime while the control
-## plane, the kubelet and helm build beside them; then the rest of the end-to-end
-## tests, with every other package (the image's build for the host among
-## them) beside them
+## test: every test tier (unit, kernel, end to end on real runtimes:
+## containerd 2.x, containerd 1.7 and CRI-O, a real single-node cluster); as
+## root nothing is skipped. hack/test.sh builds the third-party binaries the
+## tests run and runs the tests in phases: the end-to-end tests that need
+## only containerd while the other runtimes, then the control plane, the
+## kubelet and helm build beside them; the tests every runtime runs; then
+## the rest of the end-to-end tests, with every other package (the image's
+## build for the host among them) beside them
 test: deps
 	MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" GO=$(GO) ./hack/test.sh $(TEST_FLAGS)
 
@@ -144,10 +149,12 @@ $(GOVULNCHECK):
 $(VULNDB)/index/db.json:
 	GO=$(GO) ./hack/build-vulndb.sh $(VULNDB_VERSION) $(VULNDB)
 
-## demo: a real containerd with NRI, meshlet and a ztunnel stand-in; a mesh
-## pod and a plain pod; an account of what happened; then clean up
+## demo: a real containerd with NRI (RUNTIME=containerd-1.7 or RUNTIME=crio:
+## that runtime), meshlet and a ztunnel stand-in; a mesh pod and a plain pod;
+## an account of what happened; then clean up
 demo: deps
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" $(GO) run ./test/e2e/demo
+	eval "$$(./hack/install-test-bins.sh MESHLET_E2E_BIN $(RUNTIME_BIN_VAR))" && \
+	  $(GO) run ./test/e2e/demo --runtime $(RUNTIME)
 
 ## demo-dra: the same runtime under a single-node cluster; meshlet as the DRA
 ## driver mesh.meshlet.dev; a pod asking for mesh.meshlet.dev/mesh: 1; the

@@ -21,6 +21,13 @@ command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
 # installers run side by side, which apt's lock would not allow).
 command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+# CRI-O's: its monitor, the tool that loads the test image into its
+# storage, and what its seccomp support builds against
+# (test/e2e/install-crio.sh).
+command -v conmon >/dev/null || need+=(conmon)
+command -v skopeo >/dev/null || need+=(skopeo)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+[ -f /usr/include/seccomp.h ] || need+=(libseccomp-dev)
 
 if ((${#need[@]})); then
   echo "install-deps: installing ${need[*]}"

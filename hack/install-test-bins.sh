@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every third-party binary the tests run (containerd and crictl,
-# etcd and the Kubernetes control plane, the kubelet, the CNI plugins,
-# helm) and prints the environment the tests find them by:
+# containerd 1.7, CRI-O, etcd and the Kubernetes control plane, the
+# kubelet, the CNI plugins, helm) and prints the environment the tests find them by:
 #
 #   env="$(hack/install-test-bins.sh)" && eval "$env"
 #
@@ -19,6 +19,8 @@ cd "$(dirname "$0")/.."
 
 all=(
   MESHLET_E2E_BIN=test/e2e/install.sh
+  MESHLET_CONTAINERD17_BIN=test/e2e/install-containerd17.sh
+  MESHLET_CRIO_BIN=test/e2e/install-crio.sh
   MESHLET_KUBE_BIN=test/kube/install.sh
   MESHLET_CLUSTER_BIN=test/cluster/install.sh
   MESHLET_CNI_PLUGINS=cnifallback/chaintest/install.sh
@@ -39,9 +41,10 @@ if (($#)); then
   done
 fi
 
-# The apt packages two installers check for, once, before they run side by
+# The apt packages the installers check for, once, before they run side by
 # side: apt's lock admits one install at a time.
-if ! command -v runc >/dev/null || [ ! -x /usr/lib/cni/bridge ]; then
+if ! command -v runc >/dev/null || [ ! -x /usr/lib/cni/bridge ] || ! command -v conmon >/dev/null ||
+  ! command -v skopeo >/dev/null || ! command -v pkg-config >/dev/null || [ ! -f /usr/include/seccomp.h ]; then
   ./hack/install-deps.sh >&2
 fi
 

@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
 # make test: installs the third-party binaries the tests run and runs every
-# package's tests, in two phases so that a cold machine's largest jobs
-# overlap instead of queueing.
+# package's tests, in phases so that a cold machine's largest jobs overlap
+# instead of queueing.
 #
-#   1. The runtime (containerd, crictl) is built, then the end-to-end tests
-#      that need nothing more (RUNTIME_TESTS) run, while the control plane,
-#      the kubelet, helm and the upstream CNI plugins build beside them at a
-#      lower priority. Those tests spend most of their time waiting on the
-#      runtime; the builds take what they leave (on 2 cores, about 37
-#      CPU-minutes from an empty build cache).
-#   2. Once those are built: the rest of the end-to-end tests, and every
-#      other package beside them (at the same priority: the unit tests'
-#      bounded waits, starved beside the cluster, timed out at nice 10).
+#   1. containerd and crictl are built; then, while CRI-O and containerd
+#      1.7 build beside them (and after those, at a lower priority, the
+#      control plane, the kubelet, helm and the upstream CNI plugins), the
+#      end-to-end tests that need containerd alone run (RUNTIME_TESTS).
+#      Those tests spend most of their time waiting on the runtime; the
+#      builds take what they leave (on 2 cores, about 50 CPU-minutes from
+#      an empty build cache).
+#   2. Once CRI-O and containerd 1.7 are built: the end-to-end tests every
+#      runtime runs (MATRIX_TESTS, each as one subtest per runtime).
+#   3. Once the rest is built: the other end-to-end tests, and every other
+#      package beside them (at the same priority: the unit tests' bounded
+#      waits, starved beside the cluster, timed out at nice 10).
 #
-# Every test runs once: phase 2 runs the end-to-end tests phase 1 did not.
-# If those builds fail, phase 2 runs the other packages without them (the
-# tests that need them fail, naming what they lack) and not the cluster's
-# end-to-end tests.
-# A test not in RUNTIME_TESTS runs in phase 2, which is always right; one
-# in it that needs the control plane fails (CI) or is skipped, naming what
-# it lacks.
+# Every test runs once: phase 3 runs the end-to-end tests phases 1 and 2
+# did not. A test not in either list runs in phase 3, which is always
+# right; one in a list that needs more than it has fails (CI) or is
+# skipped, naming what it lacks. If a build fails, the tests that need it
+# fail naming it (or, for the cluster, do not run), the rest still run,
+# and every failure is named at the end.
 #
 # Usage: hack/test.sh [go test flags...] (not -run or -skip). Exits
 # non-zero if any phase fails; each failure is named at the end.
@@ -27,8 +29,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 GO="${GO:-go}"
 E2E=github.com/meshlet/meshlet/test/e2e
-# The end-to-end tests that need only the runtime (and Debian's CNI plugins).
-RUNTIME_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestContainerdRestart|TestFailClosedWithoutMeshlet|TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit)$'
+# The end-to-end tests that need only containerd (and Debian's CNI plugins).
+RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit)$'
+# The end-to-end tests run on every runtime (onEachRuntime).
+MATRIX_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod)$'
 
 failed=()
 pkgs=$("$GO" list ./...) || exit 1
@@ -37,23 +41,39 @@ mapfile -t rest < <(grep -vx "$E2E" <<<"$pkgs")
 runtime_env=$(./hack/install-test-bins.sh MESHLET_E2E_BIN) || exit 1
 eval "$runtime_env"
 
-cluster_env=$(mktemp)
-installs='' e2e=''
+state=$(mktemp -d)
+builds='' e2e=''
 # Background jobs do not get the terminal's interrupt: stop them with us.
-trap 'kill $installs $e2e 2>/dev/null; rm -f "$cluster_env"' EXIT
+trap 'kill $builds $e2e 2>/dev/null; rm -rf "$state"' EXIT
 trap 'exit 130' INT TERM
-nice -n 10 ./hack/install-test-bins.sh MESHLET_KUBE_BIN MESHLET_CLUSTER_BIN MESHLET_HELM MESHLET_CNI_PLUGINS >"$cluster_env" &
-installs=$!
+# The other runtimes first (phase 2 waits for them), then the rest: they
+# take turns on one lock (hack/thirdparty.sh), so the order is theirs.
+(
+  ./hack/install-test-bins.sh MESHLET_CRIO_BIN MESHLET_CONTAINERD17_BIN >"$state/runtimes.env"
+  echo $? >"$state/runtimes.status"
+  nice -n 10 ./hack/install-test-bins.sh MESHLET_KUBE_BIN MESHLET_CLUSTER_BIN MESHLET_HELM MESHLET_CNI_PLUGINS >"$state/cluster.env"
+) &
+builds=$!
 
-"$GO" test "$@" -run "$RUNTIME_TESTS" "$E2E" || failed+=("the end-to-end tests on the runtime alone")
+"$GO" test "$@" -run "$RUNTIME_TESTS" "$E2E" || failed+=("the end-to-end tests on containerd alone")
 
-if wait "$installs"; then
-  installs=''
-  eval "$(cat "$cluster_env")"
-  "$GO" test "$@" -skip "$RUNTIME_TESTS" "$E2E" &
+# Phase 2 waits for the runtimes' builds, not the rest's (one background
+# job builds both, in turn).
+until [ -s "$state/runtimes.status" ] || ! kill -0 "$builds" 2>/dev/null; do sleep 2; done
+if [ "$(cat "$state/runtimes.status" 2>/dev/null)" = 0 ]; then
+  eval "$(cat "$state/runtimes.env")"
+else
+  failed+=("building CRI-O or containerd 1.7 (the output is above): their tests fail, naming what they lack")
+fi
+"$GO" test "$@" -run "$MATRIX_TESTS" "$E2E" || failed+=("the end-to-end tests on every runtime")
+
+if wait "$builds"; then
+  builds=''
+  eval "$(cat "$state/cluster.env")"
+  "$GO" test "$@" -skip "$RUNTIME_TESTS|$MATRIX_TESTS" "$E2E" &
   e2e=$!
 else
-  installs=''
+  builds=''
   failed+=("building the control plane, the kubelet, helm or the CNI plugins (the output is above): the end-to-end tests on the cluster did not run")
 fi
 "$GO" test "$@" "${rest[@]}" || failed+=("the other packages")

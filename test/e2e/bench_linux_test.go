@@ -30,63 +30,72 @@ import (
 )
 
 // BenchmarkRunPodSandbox: RunPodSandbox's wall time (through the CRI, as
-// the kubelet calls it) of a mesh-labelled pod
-// without meshlet, with meshlet as a host process, and with meshlet as the
-// chart's DaemonSet pod on the test cluster's kubelet (its image imported
-// into the same containerd; standalone, as the host process is): rules +
-// ZDS Add + Ack inside the hook. The pod is removed after each iteration,
-// untimed. With meshlet it also reports the enroll latency quantiles from
-// meshlet's own histogram (interpolated inside buckets).
+// the kubelet calls it) of a mesh-labelled pod on each runtime, without
+// meshlet and with meshlet as a host process; on containerd 2.x also with
+// meshlet as the chart's DaemonSet pod on the test cluster's kubelet (its
+// image imported into the same containerd; standalone, as the host process
+// is): rules + ZDS Add + Ack inside the hook. The pod is removed after each
+// iteration, untimed. With meshlet it also reports the enroll latency
+// quantiles from meshlet's own histogram (interpolated inside buckets).
 func BenchmarkRunPodSandbox(b *testing.B) {
-	for _, where := range []string{"none", "host", "pod"} {
-		b.Run("meshlet="+where, func(b *testing.B) {
-			var metrics func() (string, error)
-			switch where {
-			case "host":
-				m := startMesh(b)
-				metrics = func() (string, error) {
-					_, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
-					return body, err
-				}
-			case "pod":
-				c := startCluster(b, nil)
-				buildImage(b, "bench")
-				r := installMeshlet(b, c, "bench", map[string]any{"standalone": true})
-				r.waitRolledOut("bench")
-				followZtunnel(b, r.zt).current()
-				metrics = func() (string, error) { return nodeGet(b, "http://127.0.0.1:9881/metrics") }
+	for _, rt := range runtimeMatrix {
+		for _, where := range []string{"none", "host", "pod"} {
+			if where == "pod" && rt.runtime != env.Containerd {
+				continue // the test cluster's kubelet runs on containerd 2.x
 			}
-			var lat []time.Duration
-			i := 0
-			for b.Loop() {
-				i++
-				spec := env.PodSpec{Name: fmt.Sprintf("bench-%d", i), Namespace: "app",
-					UID: fmt.Sprintf("bench-%s-%d-%d", where, time.Now().UnixNano(), i), Labels: ambient}
-				start := time.Now()
-				id, err := theEnv(b).RunPod(spec)
-				if err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(start))
-				b.StopTimer()
-				if err := theEnv(b).RemovePod(id); err != nil {
-					b.Fatal(err)
-				}
-				b.StartTimer()
-			}
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "runp-p50-ms")
-			if metrics != nil {
-				body, err := metrics()
-				if err != nil {
-					b.Fatal(err)
-				}
-				h := parseHistogram(body, "meshlet_enroll_duration_seconds")
-				b.ReportMetric(h.quantile(0.5)*1e3, "enroll-p50-ms")
-				b.ReportMetric(h.quantile(0.99)*1e3, "enroll-p99-ms")
-			}
-		})
+			b.Run(fmt.Sprintf("runtime=%s/meshlet=%s", rt.runtime, where), func(b *testing.B) {
+				benchRunPodSandbox(b, runtimeEnv(b, rt), where)
+			})
+		}
+	}
+}
+
+func benchRunPodSandbox(b *testing.B, e *env.Env, where string) {
+	var metrics func() (string, error)
+	switch where {
+	case "host":
+		m := startMeshIn(b, e)
+		metrics = func() (string, error) {
+			_, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+			return body, err
+		}
+	case "pod":
+		c := startCluster(b, nil)
+		buildImage(b, "bench")
+		r := installMeshlet(b, c, "bench", map[string]any{"standalone": true})
+		r.waitRolledOut("bench")
+		followZtunnel(b, r.zt).current()
+		metrics = func() (string, error) { return nodeGet(b, "http://127.0.0.1:9881/metrics") }
+	}
+	var lat []time.Duration
+	i := 0
+	for b.Loop() {
+		i++
+		spec := env.PodSpec{Name: fmt.Sprintf("bench-%d", i), Namespace: "app",
+			UID: fmt.Sprintf("bench-%s-%d-%d", where, time.Now().UnixNano(), i), Labels: ambient}
+		start := time.Now()
+		id, err := e.RunPod(spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		if err := e.RemovePod(id); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2])/1e6, "runp-p50-ms")
+	if metrics != nil {
+		body, err := metrics()
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := parseHistogram(body, "meshlet_enroll_duration_seconds")
+		b.ReportMetric(h.quantile(0.5)*1e3, "enroll-p50-ms")
+		b.ReportMetric(h.quantile(0.99)*1e3, "enroll-p99-ms")
 	}
 }
 

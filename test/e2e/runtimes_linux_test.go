@@ -61,7 +61,7 @@ func onEachRuntime(t *testing.T, body func(t *testing.T, e *env.Env, rt matrixRu
 // runtime whose binaries are missing skips the test, or fails it with
 // CI=true, naming the variable; one that does not start fails every test
 // on it with the reason.
-func runtimeEnv(t *testing.T, rt matrixRuntime) *env.Env {
+func runtimeEnv(t testing.TB, rt matrixRuntime) *env.Env {
 	t.Helper()
 	shared := theEnv(t) // root, and crictl, as every runtime's tests need
 	if rt.runtime == env.Containerd {
