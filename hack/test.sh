@@ -32,7 +32,7 @@ E2E=github.com/meshlet/meshlet/test/e2e
 # The end-to-end tests that need only containerd (and Debian's CNI plugins).
 RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit)$'
 # The end-to-end tests run on every runtime (onEachRuntime).
-MATRIX_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod)$'
+MATRIX_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate)$'
 
 failed=()
 pkgs=$("$GO" list ./...) || exit 1

@@ -1,13 +1,19 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/draplugin"
+	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
@@ -159,3 +165,85 @@ func testEnrollmentFailureRefusesPod(t *testing.T, e *env.Env, _ matrixRuntime) 
 		t.Fatalf("ztunnel never saw the pod: it was refused before enrollment was tried")
 	}
 }
+
+// TestContainerGate: the container gate, meshlet's own fail-closed lever
+// on runtimes without an NRI validator, works on each runtime: the
+// runtime applies the gate's CDI device and runs its createRuntime hook,
+// the real meshlet-gate, which refuses the container while nothing
+// answers on the gate's socket and lets it start once the answer is that
+// the pod is enrolled. The answer comes from meshlet's gate server, run
+// here in the test with the enrolled pod's record given to it: the
+// subject is the runtime running the hook (TestGate covers meshlet itself
+// answering, on the cluster).
+func TestContainerGate(t *testing.T) { onEachRuntime(t, testContainerGate) }
+
+func testContainerGate(t *testing.T, e *env.Env, _ matrixRuntime) {
+	cfg := draplugin.Config{DriverName: draplugin.DefaultDriverName, Gate: draplugin.GateConfig{Enabled: true,
+		CDISpecDir: e.CDISpecDir(), HookDir: e.GateHookDir(), HookBinary: filepath.Join(filepath.Dir(e.Meshlet), draplugin.GateBinaryName),
+		Socket: e.GateSocket(), Timeout: time.Second}}
+	if err := cfg.InstallGate(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cfg.RemoveGate(); err != nil {
+			t.Errorf("remove the gate: %v", err)
+		}
+	})
+	// Tolerating meshlet's absence, so that on containerd 2.x the gate,
+	// not the NRI validator, is what refuses.
+	spec := env.PodSpec{Name: "gated", Namespace: "app", UID: fmt.Sprintf("uid-gated-%d", podSeq.Add(1)),
+		Annotations: map[string]string{tolerateMissingMeshlet: "true"}}
+	id, err := e.RunPod(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.RemovePod(id) })
+	info, err := e.InspectPod(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pod{spec: spec, id: id, info: info}
+	_, err = e.StartContainerWithCDI(p.id, p.spec, "refused", cfg.CDIDeviceID())
+	if err == nil || !strings.Contains(err.Error(), "meshlet-gate: container refused: meshlet did not answer") {
+		t.Fatalf("%s started a gated container with no one answering the gate: %v", e.Runtime(), err)
+	}
+
+	rec := enroll.Record{UID: p.spec.UID, Name: p.spec.Name, Namespace: p.spec.Namespace, NetnsInode: inode(t, p.info.NetnsPath)}
+	srv, err := gateserver.Listen(gateserver.Config{SocketPath: e.GateSocket(), Timeout: time.Second, MaxConcurrent: 4}, enrolledPod(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("gate server: %v", err)
+		}
+		_ = srv.Close()
+	})
+	if _, err := e.StartContainerWithCDI(p.id, p.spec, "allowed", cfg.CDIDeviceID()); err != nil {
+		t.Fatalf("%s refused a gated container of an enrolled pod: %v", e.Runtime(), err)
+	}
+}
+
+// enrolledPod is the core's view with one enrolled pod: what the gate
+// server answers from.
+type enrolledPod enroll.Record
+
+var _ gateserver.Enrollments = enrolledPod{}
+
+func (p enrolledPod) Record(uid string) (enroll.Record, bool) {
+	return enroll.Record(p), uid == p.UID
+}
+
+func (p enrolledPod) RecordInNetns(inode uint64) (enroll.Record, bool) {
+	return enroll.Record(p), inode == p.NetnsInode
+}
+
+func (p enrolledPod) Status(uid string) (enroll.PodStatus, bool) {
+	return enroll.PodStatus{}, false
+}
+
+func (p enrolledPod) CheckpointedRecord(string) (enroll.Record, bool) { return enroll.Record{}, false }
