@@ -484,38 +484,31 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	d := c.ports.Policy.Decide(pod, info)
 	if !d.Enroll {
-		changed := s.state != StateSkipped || s.enrolled != nil
-		var err error
-		if s.enrolled != nil {
-			podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
-			err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
-			c.ports.Status.Report(s.ref(), RedirectionRemoved)
-		} else if s.state == StateUnknown && h == HandoverDeferred {
-			c.clearLeftovers(ctx, pod)
-		}
-		s.checkpointed = nil
-		c.setState(s, StateSkipped, d.Reason)
-		return Result{Reason: d.Reason, Changed: changed}, err
+		return c.skip(ctx, s, h, d)
 	}
 	settings := c.settings(ctx, pod, info)
 	if pod.NetnsPath == "" {
 		return c.fail(ctx, s, StepNetns, ErrNoNetns)
 	}
 	ns, err := c.ports.Opener.Open(pod.NetnsPath)
-	if errors.Is(err, ErrNodeNetns) && !pod.HostNetwork {
+	if errors.Is(err, ErrNodeNetns) && !pod.HostNetwork && (info.HostNetwork == nil || *info.HostNetwork) {
 		// A host-network pod whose runtime reports the node's namespace
 		// (CRI-O pins it, as it pins a pod's own) rather than none
-		// (containerd): decided again, as what it is.
-		podDebug(ctx, pod, "Pod shares the node's network namespace: deciding it as a host-network pod", "netns", pod.NetnsPath)
+		// (containerd): decided again, as what it is. Not a pod the API
+		// server says has a network of its own: that one fails below.
 		pod.HostNetwork = true
-		return c.converge(ctx, s, h)
+		if d = c.ports.Policy.Decide(pod, info); !d.Enroll {
+			podDebug(ctx, pod, "Pod shares the node's network namespace: decided as a host-network pod", "netns", pod.NetnsPath, "reason", d.Reason)
+			return c.skip(ctx, s, h, d)
+		}
 	}
 	if err != nil {
 		return c.fail(ctx, s, StepNetns, err)
 	}
 	old := s.enrolled
-	if len(pod.IPs) == 0 {
-		if err := c.podAddrs(ctx, pod, ns, old); err != nil {
+	ipsFromNetns := len(pod.IPs) == 0
+	if ipsFromNetns {
+		if err := c.podAddrs(ctx, s, ns); err != nil {
 			_ = ns.Close()
 			return c.fail(ctx, s, StepNetns, err)
 		}
@@ -536,7 +529,9 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	// adopted unchecked: failing it would leave that agent's rules in it
 	// with no ztunnel that knows it.
 	adopting := s.checkpointed != nil && s.checkpointed.NetnsInode == ns.Inode()
-	if err := ns.HoldsAddrs(pod.IPs); err != nil && !adopting {
+	if ipsFromNetns {
+		// Read from this namespace: it holds them.
+	} else if err := ns.HoldsAddrs(pod.IPs); err != nil && !adopting {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepNetns, err)
 	}
@@ -733,21 +728,52 @@ func podLogger(ctx context.Context, pod *Pod) klog.Logger {
 	return klog.FromContext(ctx).WithValues("pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
 }
 
+// skip records the pod as left out of the mesh (d), releasing what an
+// earlier enrollment put in place. s.mu is held.
+func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Result, error) {
+	pod := &s.pod
+	changed := s.state != StateSkipped || s.enrolled != nil
+	var err error
+	if s.enrolled != nil {
+		podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
+		err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
+		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+	} else if s.state == StateUnknown && h == HandoverDeferred {
+		c.clearLeftovers(ctx, pod)
+	}
+	s.checkpointed = nil
+	c.setState(s, StateSkipped, d.Reason)
+	return Result{Reason: d.Reason, Changed: changed}, err
+}
+
+// errNoAddrs is the cause when a pod's source gave no IPs and its
+// namespace's eth0 holds none.
+var errNoAddrs = errors.New("the pod source gave no IPs and the pod's eth0 holds none")
+
 // podAddrs gives a pod whose source reported no IPs (containerd 1.7's NRI
-// events carry none) the addresses its namespace holds: those it was
-// enrolled with, while the namespace is the same, else read from it. The
-// first time, the core says so. ns.Close is the caller's.
-func (c *Core) podAddrs(ctx context.Context, pod *Pod, ns Netns, old *Workload) error {
-	if old != nil && old.NetnsInode == ns.Inode() {
-		pod.IPs = old.IPs
+// events carry none) the addresses its eth0 holds: those it was enrolled
+// with (by this meshlet or, per the checkpoint, the previous one) while
+// the namespace is the same, else read from it. The first time, the core
+// says so. ns.Close is the caller's.
+func (c *Core) podAddrs(ctx context.Context, s *slot, ns Netns) error {
+	pod := &s.pod
+	switch {
+	case s.enrolled != nil && s.enrolled.NetnsInode == ns.Inode():
+		pod.IPs = s.enrolled.IPs
+		return nil
+	case s.checkpointed != nil && s.checkpointed.NetnsInode == ns.Inode():
+		pod.IPs = s.checkpointed.IPs
 		return nil
 	}
 	if !c.addrsFromNetns.Swap(true) {
-		klog.FromContext(ctx).Info("The pod source gives no pod IPs: reading each pod's addresses from its network namespace")
+		klog.FromContext(ctx).Info("The pod source gives no pod IPs: reading each pod's addresses from eth0 in its network namespace")
 	}
 	ips, err := ns.PodAddrs()
 	if err != nil {
 		return err
+	}
+	if len(ips) == 0 {
+		return fmt.Errorf("netns %s: %w", pod.NetnsPath, errNoAddrs)
 	}
 	pod.IPs = ips
 	return nil

@@ -156,6 +156,7 @@ func TestEnrollRollback(t *testing.T) {
 
 			// Once the cause is gone, a retry enrolls.
 			h.resolver.err, h.redir.failApply, h.proxy.failAdd = nil, nil, nil
+			h.opener.withoutIPs = nil
 			p = h.pod("a", 100, meshOn)
 			if _, err := h.core.Enroll(ctx, p); err != nil {
 				t.Fatalf("retry: %v", err)
@@ -563,6 +564,7 @@ func TestUnmeshAll(t *testing.T) {
 func TestEnrollReadsIPsTheSourceDidNotGive(t *testing.T) {
 	h := newHarness(t)
 	p := h.pod("a", 100, meshOn)
+	p.IPs = nil
 	inNetns := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
 	h.opener.addrs = map[string][]netip.Addr{p.NetnsPath: inNetns}
 	for range 2 { // RunPodSandbox, then the CreateContainer gate
@@ -576,14 +578,50 @@ func TestEnrollReadsIPsTheSourceDidNotGive(t *testing.T) {
 	if h.opener.addrReads != 1 {
 		t.Fatalf("the namespace's addresses were read %d times, want once", h.opener.addrReads)
 	}
+	// A new sandbox (another namespace): read again.
+	recreated := h.pod("a", 101, meshOn)
+	recreated.IPs = nil
+	h.opener.addrs[recreated.NetnsPath] = []netip.Addr{netip.MustParseAddr("10.0.0.7")}
+	if _, err := h.core.Enroll(ctx, recreated); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.proxy.added["a"].IPs; h.opener.addrReads != 2 || !slices.Equal(got, h.opener.addrs[recreated.NetnsPath]) {
+		t.Fatalf("after the sandbox was recreated: %d reads, ztunnel got %v", h.opener.addrReads, got)
+	}
 	// Given by the source: taken as given, not read.
 	q := h.pod("b", 200, meshOn)
-	q.IPs = []netip.Addr{netip.MustParseAddr("10.0.0.6")}
 	if _, err := h.core.Enroll(ctx, q); err != nil {
 		t.Fatal(err)
 	}
-	if h.opener.addrReads != 1 || !slices.Equal(h.proxy.added["b"].IPs, q.IPs) {
+	if h.opener.addrReads != 2 || !slices.Equal(h.proxy.added["b"].IPs, q.IPs) {
 		t.Fatalf("a pod with IPs: %d reads, ztunnel got %v", h.opener.addrReads, h.proxy.added["b"].IPs)
+	}
+	// Neither given nor on its eth0: refused at the netns step, naming
+	// the namespace.
+	none := h.pod("c", 300, meshOn)
+	none.IPs = nil
+	if _, err := h.core.Enroll(ctx, none); FailedStep(err) != StepNetns || !strings.Contains(err.Error(), none.NetnsPath) {
+		t.Fatalf("a pod with no IPs anywhere: %v; want a netns failure naming %s", err, none.NetnsPath)
+	}
+}
+
+// TestEnrollAdoptsCheckpointedIPs: a pod the previous meshlet enrolled, in
+// the same namespace, keeps the IPs its record has: nothing is read from
+// a namespace whose containers already run.
+func TestEnrollAdoptsCheckpointedIPs(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("10.9.9.9")}
+	h := newHarness(t, Record{UID: "a", Name: "name-a", Namespace: "default", NetnsInode: 100, IPs: ip,
+		Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"})
+	p := h.pod("a", 100, meshOn)
+	p.IPs = nil
+	if err := h.core.Reconcile(ctx, []Pod{p}); err != nil {
+		t.Fatal(err)
+	}
+	if h.opener.addrReads != 0 {
+		t.Fatalf("the adopted pod's addresses were read from its namespace %d times", h.opener.addrReads)
+	}
+	if got := h.proxy.added["a"].IPs; !slices.Equal(got, ip) {
+		t.Fatalf("ztunnel got %v, want the checkpoint's %v", got, ip)
 	}
 }
 
@@ -602,4 +640,14 @@ func TestPodInTheNodesNetnsIsHostNetwork(t *testing.T) {
 	if st, _ := h.core.Status("a"); st.State != StateSkipped {
 		t.Fatalf("state %v, want skipped", st.State)
 	}
+	// The API server says the pod has a network of its own: a runtime
+	// fault, which fails the pod rather than skip it.
+	own := false
+	h.resolver.hostNetwork = &own
+	q := h.pod("b", 200, meshOn)
+	h.opener.node[q.NetnsPath] = true
+	if _, err := h.core.Enroll(ctx, q); FailedStep(err) != StepNetns || !errors.Is(err, ErrNodeNetns) {
+		t.Fatalf("a pod the API server says is not host-network, in the node's namespace: %v; want ErrNodeNetns at the netns step", err)
+	}
+	wantCalls(t, h)
 }

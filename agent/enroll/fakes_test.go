@@ -15,9 +15,10 @@ import (
 // own packages.
 
 type fakeResolver struct {
-	mu       sync.Mutex
-	nsLabels map[string]map[string]string // namespace → labels
-	err      error
+	mu          sync.Mutex
+	nsLabels    map[string]map[string]string // namespace → labels
+	hostNetwork *bool                        // what the API server says, nil: unknown
+	err         error
 }
 
 func (r *fakeResolver) Resolve(_ context.Context, pod *Pod) (PodInfo, error) {
@@ -26,7 +27,7 @@ func (r *fakeResolver) Resolve(_ context.Context, pod *Pod) (PodInfo, error) {
 	if r.err != nil {
 		return PodInfo{}, r.err
 	}
-	return PodInfo{ServiceAccount: "sa-" + pod.Name, NamespaceLabels: r.nsLabels[pod.Namespace]}, nil
+	return PodInfo{ServiceAccount: "sa-" + pod.Name, NamespaceLabels: r.nsLabels[pod.Namespace], HostNetwork: r.hostNetwork}, nil
 }
 
 func (r *fakeResolver) setNamespace(ns string, labels map[string]string) {
@@ -332,11 +333,13 @@ func newHarness(t interface{ Fatal(...any) }, checkpointed ...Record) *harness {
 	return h
 }
 
-// pod returns a pod with a netns at /netns/<uid> of the given inode.
+// pod returns a pod with a netns at /netns/<uid> of the given inode, and
+// an IP its source gives (10.x.y.z, from the inode).
 func (h *harness) pod(uid string, inode uint64, labels map[string]string) Pod {
 	path := "/netns/" + uid
 	h.opener.set(path, inode)
-	return Pod{UID: uid, Name: "name-" + uid, Namespace: "default", Labels: labels, NetnsPath: path}
+	ip := netip.AddrFrom4([4]byte{10, byte(inode >> 16), byte(inode >> 8), byte(inode)})
+	return Pod{UID: uid, Name: "name-" + uid, Namespace: "default", Labels: labels, NetnsPath: path, IPs: []netip.Addr{ip}}
 }
 
 var meshOn = map[string]string{"mesh": "on"}

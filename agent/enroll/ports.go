@@ -45,9 +45,8 @@ type Netns interface {
 	// HoldsAddrs fails unless every address is assigned to an interface
 	// in the namespace.
 	HoldsAddrs(ips []netip.Addr) error
-	// PodAddrs returns the global unicast addresses the namespace's
-	// interfaces hold, loopback aside: a pod's IPs, where its source
-	// gave none.
+	// PodAddrs returns the settled global unicast addresses the pod's
+	// eth0 holds: its IPs, where its source gave none.
 	PodAddrs() ([]netip.Addr, error)
 	Close() error
 }

@@ -42,6 +42,9 @@ type PodInfo struct {
 	// the API server's pod lists them; empty when it has none or the API
 	// server could not say.
 	ResourceClaims []string
+	// HostNetwork is the pod spec's hostNetwork as the API server has it;
+	// nil: unknown (no API server, or it could not say).
+	HostNetwork *bool
 }
 
 // Metadata returns the pod's current labels and annotations: the API

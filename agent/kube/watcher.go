@@ -194,6 +194,7 @@ func (w *Watcher) infoOf(apiPod *corev1.Pod, namespace string) enroll.PodInfo {
 	}
 	info.PodLabels, info.PodAnnotations = nonNil(apiPod.Labels), nonNil(apiPod.Annotations)
 	info.ResourceClaims = claimNames(apiPod)
+	info.HostNetwork = &apiPod.Spec.HostNetwork
 	return info
 }
 

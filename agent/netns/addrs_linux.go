@@ -20,7 +20,7 @@ func (h *Handle) HoldsAddrs(want []netip.Addr) error {
 	if len(want) == 0 {
 		return nil
 	}
-	have, err := h.addrList()
+	have, err := h.addrList("")
 	if err != nil {
 		return err
 	}
@@ -41,28 +41,38 @@ func (h *Handle) HoldsAddrs(want []netip.Addr) error {
 	if len(missing) > 0 {
 		// What it does hold tells a namespace that is not the pod's from
 		// one whose interfaces are not configured yet.
+		if len(held) == 0 {
+			held = []string{"none"}
+		}
 		return fmt.Errorf("netns %s (inode %d): %w: %s (it holds: %s)", h.path, h.inode, ErrAddrsMissing,
 			strings.Join(missing, ", "), strings.Join(held, ", "))
 	}
 	return nil
 }
 
-// PodAddrs returns the addresses a pod's interfaces hold in the namespace:
-// every global unicast address outside the loopback device, IPv4 first,
-// in the kernel's order. For runtimes whose events carry no pod IPs.
+// PodInterface is the interface whose addresses are a pod's IPs: the one
+// the runtime asks CNI to set up, and the one its CRI reports the pod's
+// IPs from.
+const PodInterface = "eth0"
+
+// PodAddrs returns a pod's IPs as its namespace holds them: the global
+// unicast addresses on PodInterface that are settled (not tentative,
+// failed, deprecated, temporary or secondary), IPv4 first, in the
+// kernel's order. For runtimes whose events carry no pod IPs.
 func (h *Handle) PodAddrs() ([]netip.Addr, error) {
-	have, err := h.addrList()
+	have, err := h.addrList(PodInterface)
 	if err != nil {
 		return nil, err
 	}
+	const unsettled = unix.IFA_F_TENTATIVE | unix.IFA_F_DADFAILED | unix.IFA_F_DEPRECATED | unix.IFA_F_TEMPORARY
 	var v4, v6 []netip.Addr
 	for _, a := range have {
 		ip, ok := netip.AddrFromSlice(a.IP)
-		if !ok {
+		if !ok || a.Flags&unsettled != 0 {
 			continue
 		}
 		ip = ip.Unmap()
-		if !ip.IsGlobalUnicast() || ip.IsLoopback() {
+		if !ip.IsGlobalUnicast() {
 			continue
 		}
 		if ip.Is4() {
@@ -74,9 +84,10 @@ func (h *Handle) PodAddrs() ([]netip.Addr, error) {
 	return append(v4, v6...), nil
 }
 
-// addrList dumps the namespace's addresses through a netlink socket
-// created in it on RunIn's thread.
-func (h *Handle) addrList() ([]netlink.Addr, error) {
+// addrList dumps the addresses of the namespace's interface ifname (every
+// interface's if ""), through a netlink socket created in it on RunIn's
+// thread.
+func (h *Handle) addrList(ifname string) ([]netlink.Addr, error) {
 	var have []netlink.Addr
 	err := h.WithFd(func(fd int) error {
 		var nh *netlink.Handle
@@ -92,10 +103,16 @@ func (h *Handle) addrList() ([]netlink.Addr, error) {
 		if err != nil {
 			return fmt.Errorf("netlink handle in netns: %w", err)
 		}
+		var link netlink.Link
+		if ifname != "" {
+			if link, err = nh.LinkByName(ifname); err != nil {
+				return fmt.Errorf("interface %s: %w", ifname, err)
+			}
+		}
 		// A dump the kernel interrupts (an address changed meanwhile, as
 		// at a sandbox's start) is taken again.
 		for range dumpAttempts {
-			if have, err = nh.AddrList(nil, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			if have, err = nh.AddrList(link, netlink.FAMILY_ALL); !errors.Is(err, netlink.ErrDumpInterrupted) {
 				break
 			}
 		}

@@ -44,11 +44,22 @@ func TestHoldsAddrs(t *testing.T) {
 	}
 }
 
-// TestPodAddrs: a pod's addresses as its namespace holds them, IPv4
-// first; loopback and link-local addresses are not a pod's IPs.
+// TestPodAddrs: a pod's IPs are the settled global addresses on its eth0,
+// IPv4 first; another interface's, link-local and deprecated ones are not.
 func TestPodAddrs(t *testing.T) {
 	v4, v6 := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
-	h, err := netns.Open(netnstest.NewWithAddrs(t, v6, v4))
+	path := netnstest.NewWithAddrs(t, v6, v4)
+	for _, cmd := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "add", "net1", "type", "veth", "peer", "name", "net1-peer"},
+		{"ip", "addr", "add", "198.51.100.7/32", "dev", "net1"},
+		{"ip", "addr", "add", "192.0.2.11/32", "dev", "eth0", "preferred_lft", "0"},
+	} {
+		if out, err := exec.Command("nsenter", append([]string{"--net=" + path}, cmd...)...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", cmd, err, out)
+		}
+	}
+	h, err := netns.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,20 +72,16 @@ func TestPodAddrs(t *testing.T) {
 		t.Fatalf("PodAddrs = %v, want [%v %v]", got, v4, v6)
 	}
 
-	onlyLo := netnstest.New(t)
-	if out, err := exec.Command("nsenter", "--net="+onlyLo, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("lo up: %v: %s", err, out)
-	}
-	empty, err := netns.Open(onlyLo) // 127.0.0.1 and ::1 only
+	noEth0, err := netns.Open(netnstest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer empty.Close()
-	if got, err := empty.PodAddrs(); err != nil || len(got) != 0 {
-		t.Fatalf("PodAddrs of a namespace with only loopback = %v, %v; want none", got, err)
+	defer noEth0.Close()
+	if got, err := noEth0.PodAddrs(); err == nil || !strings.Contains(err.Error(), "interface eth0") {
+		t.Fatalf("PodAddrs of a namespace without eth0 = %v, %v; want an error naming eth0", got, err)
 	}
-	_ = empty.Close()
-	if _, err := empty.PodAddrs(); !errors.Is(err, netns.ErrClosed) {
+	_ = noEth0.Close()
+	if _, err := noEth0.PodAddrs(); !errors.Is(err, netns.ErrClosed) {
 		t.Fatalf("PodAddrs on a closed handle = %v, want ErrClosed", err)
 	}
 }
