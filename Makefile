@@ -24,8 +24,8 @@ VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo d
 TEST_FLAGS    ?= -race -count=1 -timeout 60m -vet=off
 # The runtime make demo runs (containerd, containerd-1.7, crio) and the
 # installer variable of the one it builds besides containerd 2.x.
-RUNTIME       ?= containerd
-RUNTIME_BIN_VAR = $(if $(filter crio,$(RUNTIME)),MESHLET_CRIO_BIN,$(if $(filter containerd-1.7,$(RUNTIME)),MESHLET_CONTAINERD17_BIN))
+DEMO_RUNTIME  ?= containerd
+DEMO_RUNTIME_BIN_VAR = $(if $(filter crio,$(DEMO_RUNTIME)),MESHLET_CRIO_BIN,$(if $(filter containerd-1.7,$(DEMO_RUNTIME)),MESHLET_CONTAINERD17_BIN))
 # The image's architecture make test builds and checks: the host's, if the
 # image has it (else amd64; each other one is a cold cross-build of meshlet
 # of several CPU-minutes); make image-test builds and checks every one, the
@@ -149,12 +149,12 @@ $(GOVULNCHECK):
 $(VULNDB)/index/db.json:
 	GO=$(GO) ./hack/build-vulndb.sh $(VULNDB_VERSION) $(VULNDB)
 
-## demo: a real containerd with NRI (RUNTIME=containerd-1.7 or RUNTIME=crio:
-## that runtime), meshlet and a ztunnel stand-in; a mesh pod and a plain pod;
-## an account of what happened; then clean up
+## demo: a real containerd with NRI (DEMO_RUNTIME=containerd-1.7 or
+## DEMO_RUNTIME=crio: that runtime), meshlet and a ztunnel stand-in; a mesh
+## pod and a plain pod; an account of what happened; then clean up
 demo: deps
-	eval "$$(./hack/install-test-bins.sh MESHLET_E2E_BIN $(RUNTIME_BIN_VAR))" && \
-	  $(GO) run ./test/e2e/demo --runtime $(RUNTIME)
+	env="$$(./hack/install-test-bins.sh MESHLET_E2E_BIN $(DEMO_RUNTIME_BIN_VAR))" && eval "$$env" && \
+	  $(GO) run ./test/e2e/demo --runtime $(DEMO_RUNTIME)
 
 ## demo-dra: the same runtime under a single-node cluster; meshlet as the DRA
 ## driver mesh.meshlet.dev; a pod asking for mesh.meshlet.dev/mesh: 1; the

@@ -9,9 +9,10 @@
 # those.
 #
 # Each installer caches its binaries by version (see its own header). The
-# Go commands all build in one module (hack/thirdparty.sh) and take turns
-# on its lock, so that one reuses what another compiled; only the CNI
-# plugins' build runs beside them. Progress goes to
+# Go commands build in one module (hack/thirdparty.sh; containerd 1.7 and
+# CRI-O in modules of their own) and take turns on its lock, so that one
+# reuses what another compiled; only the CNI plugins' build runs beside
+# them. Progress goes to
 # stderr, each line tagged with its installer. Fails, naming the installer,
 # if any of them fails.
 set -euo pipefail

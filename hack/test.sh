@@ -4,8 +4,8 @@
 # instead of queueing.
 #
 #   1. containerd and crictl are built; then, while CRI-O and containerd
-#      1.7 build beside them (and after those, at a lower priority, the
-#      control plane, the kubelet, helm and the upstream CNI plugins), the
+#      1.7, and after those the control plane, the kubelet, helm and the
+#      upstream CNI plugins, build beside them at a lower priority, the
 #      end-to-end tests that need containerd alone run (RUNTIME_TESTS).
 #      Those tests spend most of their time waiting on the runtime; the
 #      builds take what they leave (on 2 cores, about 50 CPU-minutes from
@@ -43,35 +43,46 @@ eval "$runtime_env"
 
 state=$(mktemp -d)
 builds='' e2e=''
-# Background jobs do not get the terminal's interrupt: stop them with us.
-trap 'kill $builds $e2e 2>/dev/null; rm -rf "$state"' EXIT
+# Background jobs do not get the terminal's interrupt: stop them, and what
+# they started (each runs in a process group of its own), with us.
+trap 'for j in $builds $e2e; do kill -- -"$j" 2>/dev/null; done; rm -rf "$state"' EXIT
 trap 'exit 130' INT TERM
+set -m
 # The other runtimes first (phase 2 waits for them), then the rest: they
-# take turns on one lock (hack/thirdparty.sh), so the order is theirs.
+# take turns on one lock (hack/thirdparty.sh), so the order is theirs. At a
+# lower priority than phase 1's tests, whose waits are bounded.
 (
-  ./hack/install-test-bins.sh MESHLET_CRIO_BIN MESHLET_CONTAINERD17_BIN >"$state/runtimes.env"
-  echo $? >"$state/runtimes.status"
+  for var in MESHLET_CRIO_BIN MESHLET_CONTAINERD17_BIN; do
+    nice -n 10 ./hack/install-test-bins.sh "$var" >"$state/$var.env"
+    echo $? >"$state/$var.status"
+  done
   nice -n 10 ./hack/install-test-bins.sh MESHLET_KUBE_BIN MESHLET_CLUSTER_BIN MESHLET_HELM MESHLET_CNI_PLUGINS >"$state/cluster.env"
 ) &
 builds=$!
+set +m
 
 "$GO" test "$@" -run "$RUNTIME_TESTS" "$E2E" || failed+=("the end-to-end tests on containerd alone")
 
 # Phase 2 waits for the runtimes' builds, not the rest's (one background
-# job builds both, in turn).
-until [ -s "$state/runtimes.status" ] || ! kill -0 "$builds" 2>/dev/null; do sleep 2; done
-if [ "$(cat "$state/runtimes.status" 2>/dev/null)" = 0 ]; then
-  eval "$(cat "$state/runtimes.env")"
-else
-  failed+=("building CRI-O or containerd 1.7 (the output is above): their tests fail, naming what they lack")
-fi
+# job builds all, in turn). A runtime that did not build fails its tests,
+# naming its variable; the others run.
+until [ -s "$state/MESHLET_CONTAINERD17_BIN.status" ] || ! kill -0 "$builds" 2>/dev/null; do sleep 2; done
+for var in MESHLET_CRIO_BIN MESHLET_CONTAINERD17_BIN; do
+  if [ "$(cat "$state/$var.status" 2>/dev/null)" = 0 ]; then
+    eval "$(cat "$state/$var.env")"
+  else
+    failed+=("building $var (the output is above): its runtime's tests fail, naming it")
+  fi
+done
 "$GO" test "$@" -run "$MATRIX_TESTS" "$E2E" || failed+=("the end-to-end tests on every runtime")
 
 if wait "$builds"; then
   builds=''
   eval "$(cat "$state/cluster.env")"
+  set -m
   "$GO" test "$@" -skip "$RUNTIME_TESTS|$MATRIX_TESTS" "$E2E" &
   e2e=$!
+  set +m
 else
   builds=''
   failed+=("building the control plane, the kubelet, helm or the CNI plugins (the output is above): the end-to-end tests on the cluster did not run")

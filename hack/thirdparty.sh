@@ -1,7 +1,8 @@
 # Sourced by the installers of the third-party commands the tests run
 # (test/kube/install.sh, test/cluster/install.sh, test/e2e/install.sh,
-# hack/install-helm.sh): their versions, and the one Go module they are all
-# built in.
+# hack/install-helm.sh; and test/e2e/install-containerd17.sh and
+# install-crio.sh, which build in modules of their own): their versions,
+# and the one Go module the first four are built in.
 #
 # Kubernetes, etcd, containerd, crictl and helm share most of their
 # dependencies (Kubernetes' API and client libraries, gRPC, protobuf,

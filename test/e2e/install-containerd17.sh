@@ -7,7 +7,8 @@
 set -euo pipefail
 . "$(dirname "$0")/../../hack/thirdparty.sh"
 
-BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD17_VERSION"
+# Keyed by the version and by this recipe: a change to either builds anew.
+BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD17_VERSION-$(sha256sum "$0" | cut -c1-12)"
 
 built() { [ -x "$BIN/containerd" ] && [ -x "$BIN/ctr" ] && [ -x "$BIN/containerd-shim-runc-v2" ]; }
 if ! built; then

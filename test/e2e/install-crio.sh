@@ -9,7 +9,9 @@
 set -euo pipefail
 . "$(dirname "$0")/../../hack/thirdparty.sh"
 
-BIN="$THIRDPARTY_CACHE/e2e-bin/crio-$CRIO_VERSION"
+# Keyed by the version and by this recipe (build tags, cgo, pinns): a
+# change to either builds anew.
+BIN="$THIRDPARTY_CACHE/e2e-bin/crio-$CRIO_VERSION-$(sha256sum "$0" | cut -c1-12)"
 
 need=()
 command -v conmon >/dev/null || need+=(conmon)

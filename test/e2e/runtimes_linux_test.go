@@ -21,9 +21,12 @@ import (
 // variable its installer's directory comes in (make test sets them all)
 // and what sets it apart, as deploy/README's runtime table says.
 var runtimeMatrix = []matrixRuntime{
-	{runtime: env.Containerd, binVar: "MESHLET_E2E_BIN", installer: "test/e2e/install.sh", eventsCarryIPs: true},
-	{runtime: env.Containerd17, binVar: "MESHLET_CONTAINERD17_BIN", installer: "test/e2e/install-containerd17.sh"},
-	{runtime: env.CRIO, binVar: "MESHLET_CRIO_BIN", installer: "test/e2e/install-crio.sh", eventsCarryIPs: true},
+	{runtime: env.Containerd, binVar: "MESHLET_E2E_BIN", installer: "test/e2e/install.sh", eventsCarryIPs: true,
+		removalAfterRestart: removalMissed},
+	{runtime: env.Containerd17, binVar: "MESHLET_CONTAINERD17_BIN", installer: "test/e2e/install-containerd17.sh",
+		removalAfterRestart: removalEither},
+	{runtime: env.CRIO, binVar: "MESHLET_CRIO_BIN", installer: "test/e2e/install-crio.sh", eventsCarryIPs: true,
+		removalAfterRestart: removalReported},
 }
 
 type matrixRuntime struct {
@@ -33,7 +36,24 @@ type matrixRuntime struct {
 	// eventsCarryIPs: the runtime's NRI events give a pod's IPs (else
 	// meshlet reads them from the pod's namespace, and says so once).
 	eventsCarryIPs bool
+	// removalAfterRestart: how meshlet learns that a pod from before the
+	// runtime's restart was removed.
+	removalAfterRestart removalNews
 }
+
+// removalNews is how meshlet learns of a removal.
+type removalNews int
+
+const (
+	// removalMissed: the runtime does not report it; the CRI resync finds
+	// it (counted in meshlet_missed_removals_total).
+	removalMissed removalNews = iota
+	// removalReported: the runtime reports it (StopPodSandbox or
+	// RemovePodSandbox), before the resync could.
+	removalReported
+	// removalEither: sometimes reported, sometimes found by the resync.
+	removalEither
+)
 
 // runtimeEnvs are the environments of the runtimes other than the shared
 // containerd: each starts at its first test (once, whichever test of that
@@ -129,8 +149,8 @@ func stopRuntimeEnvs(ok bool) bool {
 
 // TestEnrollmentFailureRefusesPod: with meshlet connected, a pod that must
 // join the mesh and cannot (ztunnel refuses it) does not run: the runtime
-// fails its sandbox with meshlet's reason, and no rules are left in a pod
-// that no longer exists. Every runtime honours a plugin's error from
+// fails its sandbox with meshlet's reason and removes it, and meshlet
+// leaves nothing of it on the node. Every runtime honours a plugin's error from
 // RunPodSandbox; this is the part of failing closed that needs no runtime
 // setting.
 func TestEnrollmentFailureRefusesPod(t *testing.T) { onEachRuntime(t, testEnrollmentFailureRefusesPod) }
@@ -163,6 +183,11 @@ func testEnrollmentFailureRefusesPod(t *testing.T, e *env.Env, _ matrixRuntime) 
 	}
 	if len(m.adds(spec.UID)) == 0 {
 		t.Fatalf("ztunnel never saw the pod: it was refused before enrollment was tried")
+	}
+	// Nothing of it is left on the node either: no other pod runs here,
+	// so the node's probe SNAT set must be empty.
+	if snat, err := e.Exec("nft", "list", "set", "inet", "meshlet", "probe-pods-v4"); err != nil || strings.Contains(snat, "elements") {
+		t.Fatalf("the node's probe SNAT set after the refusal (%v):\n%s", err, snat)
 	}
 }
 

@@ -41,7 +41,7 @@ func run() int {
 	rt := runtimes[runtime]
 	bin, rtBin := os.Getenv("MESHLET_E2E_BIN"), os.Getenv(rt.binVar)
 	if bin == "" || rtBin == "" || os.Geteuid() != 0 {
-		fmt.Fprintf(os.Stderr, "demo: run as root through `make demo` (RUNTIME=%s: it installs the runtime and sets MESHLET_E2E_BIN and %s)\n", runtime, rt.binVar)
+		fmt.Fprintf(os.Stderr, "demo: run as root through `make demo` (DEMO_RUNTIME=%s: it installs the runtime and sets MESHLET_E2E_BIN and %s)\n", runtime, rt.binVar)
 		return 2
 	}
 	dir, err := os.MkdirTemp("", "mldemo")

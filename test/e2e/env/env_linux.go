@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -64,8 +65,9 @@ type Env struct {
 
 func (e *Env) path(p ...string) string { return filepath.Join(append([]string{e.opts.Dir}, p...)...) }
 
-// envSeq tells apart the environments of one test binary.
-var envSeq int
+// envSeq tells apart the environments of one test binary, which may start
+// side by side (a runtime per parallel subtest).
+var envSeq atomic.Int64
 
 // Start builds the binaries the tests need, creates the network namespace,
 // writes the configuration, starts the runtime and imports the image.
@@ -102,8 +104,7 @@ func Start(opts Options) (_ *Env, err error) {
 	if _, err := os.Stat("/usr/lib/cni/bridge"); err != nil {
 		return nil, fmt.Errorf("e2e needs the CNI plugins in /usr/lib/cni (Debian containernetworking-plugins): %w", err)
 	}
-	envSeq++
-	e := &Env{opts: opts, kind: kind, Netns: fmt.Sprintf("meshlet-e2e-%d-%d", os.Getpid(), envSeq)}
+	e := &Env{opts: opts, kind: kind, Netns: fmt.Sprintf("meshlet-e2e-%d-%d", os.Getpid(), envSeq.Add(1))}
 	e.CRISocket = e.path("cri.sock")
 	e.NRISocket = e.path("nri.sock")
 	defer func() {
@@ -448,12 +449,14 @@ func (e *Env) Stop() error {
 	return errors.Join(errs...)
 }
 
-// killUnder kills processes whose command line mentions dir.
+// killUnder kills processes whose command line mentions a path under dir
+// (not merely one that begins like it: another environment's).
 func killUnder(dir string) {
+	under := []byte(strings.TrimSuffix(dir, "/") + "/")
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, err := os.ReadFile(p)
-		if err != nil || !bytes.Contains(b, []byte(dir)) {
+		if err != nil || !bytes.Contains(b, under) {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
