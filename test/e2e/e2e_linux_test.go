@@ -438,6 +438,10 @@ func testRuntimeRestart(t *testing.T, e *env.Env, rt matrixRuntime) {
 		reported = reported || (strings.Contains(line, `"Pod sandbox stopping"`) || strings.Contains(line, `"Pod sandbox removed"`)) &&
 			strings.Contains(line, `podUID="`+before.spec.UID+`"`)
 	}
+	if !reported {
+		// The resync counts the removal just after its Del.
+		waitMetric(t, m, "meshlet_missed_removals_total", func(v float64) bool { return v >= 1 })
+	}
 	missed := m.metric("meshlet_missed_removals_total")
 	switch {
 	case !reported && missed == 0:

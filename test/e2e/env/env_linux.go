@@ -230,9 +230,14 @@ func (e *Env) writeConfig() error {
 	if err := e.kind.writeConfig(e); err != nil {
 		return err
 	}
+	// The network is named after the environment: runtimes on one machine
+	// share libcni's cache (/var/lib/cni), and CRI-O, starting, deletes
+	// every cached attachment of its networks that is not one of its own
+	// pods (CNI GC), which under a shared name took the eth0 of the pods
+	// of a containerd beside it.
 	conflist := fmt.Sprintf(`{
   "cniVersion": "1.0.0",
-  "name": "meshlet-e2e",
+  "name": %q,
   "plugins": [
     {"type": "bridge", "bridge": "mle2e0", "isGateway": true, "ipMasq": false,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "routes": [{"dst": "0.0.0.0/0"}],
@@ -240,7 +245,7 @@ func (e *Env) writeConfig() error {
     {"type": "loopback"}
   ]
 }
-`, Subnet, e.path("cni/data"))
+`, e.Netns, Subnet, e.path("cni/data"))
 	return os.WriteFile(e.PrimaryConflist(), []byte(conflist), 0o644)
 }
 
