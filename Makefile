@@ -68,10 +68,10 @@ deps:
 ## containerd 2.x, containerd 1.7 and CRI-O, a real single-node cluster); as
 ## root nothing is skipped. hack/test.sh builds the third-party binaries the
 ## tests run and runs the tests in phases: the end-to-end tests that need
-## only containerd while the other runtimes, then the control plane, the
-## kubelet and helm build beside them; the tests every runtime runs; then
-## the rest of the end-to-end tests, with every other package (the image's
-## build for the host among them) beside them
+## only containerd while the control plane, the kubelet and helm, then the
+## other runtimes, build beside them; then the rest of the end-to-end
+## tests, with every other package (the image's build for the host among
+## them) and the tests every runtime runs beside them
 test: deps
 	MESHLET_IMAGE_TEST_PLATFORMS="$(IMAGE_TEST_PLATFORMS)" GO=$(GO) ./hack/test.sh $(TEST_FLAGS)
 
