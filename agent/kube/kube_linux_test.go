@@ -115,8 +115,10 @@ type fakeNetns struct{ ino uint64 }
 func (n fakeNetns) Inode() uint64                      { return n.ino }
 func (n fakeNetns) WithFd(fn func(fd int) error) error { return fn(0) }
 func (n fakeNetns) HoldsAddrs([]netip.Addr) error      { return nil }
-func (n fakeNetns) PodAddrs() ([]netip.Addr, error)    { return nil, nil }
-func (n fakeNetns) Close() error                       { return nil }
+func (n fakeNetns) PodAddrs() ([]netip.Addr, error) {
+	return []netip.Addr{netip.AddrFrom4([4]byte{10, byte(n.ino >> 16), byte(n.ino >> 8), byte(n.ino)})}, nil
+}
+func (n fakeNetns) Close() error { return nil }
 
 type fakePorts struct {
 	mu  sync.Mutex
