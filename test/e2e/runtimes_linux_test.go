@@ -149,8 +149,8 @@ func stopRuntimeEnvs(ok bool) bool {
 
 // TestEnrollmentFailureRefusesPod: with meshlet connected, a pod that must
 // join the mesh and cannot (ztunnel refuses it) does not run: the runtime
-// fails its sandbox with meshlet's reason and removes it, and meshlet
-// leaves nothing of it on the node. Every runtime honours a plugin's error from
+// fails its sandbox with meshlet's reason, and meshlet leaves nothing of
+// it on the node. Every runtime honours a plugin's error from
 // RunPodSandbox; this is the part of failing closed that needs no runtime
 // setting.
 func TestEnrollmentFailureRefusesPod(t *testing.T) { onEachRuntime(t, testEnrollmentFailureRefusesPod) }
@@ -174,12 +174,15 @@ func testEnrollmentFailureRefusesPod(t *testing.T, e *env.Env, _ matrixRuntime) 
 	if !strings.Contains(err.Error(), "could not be enrolled") {
 		t.Fatalf("the sandbox failed, but not with meshlet's reason: %v", err)
 	}
-	ids, err := e.Crictl("pods", "-q", "--name", "^refused$")
+	// Not running. (Whether the runtime has dropped its record of the
+	// failed sandbox yet is its own affair: containerd 2.4.2 sometimes
+	// still lists it, not ready, for a moment.)
+	ids, err := e.Crictl("pods", "-q", "--state", "ready", "--name", "^refused$")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.TrimSpace(ids) != "" {
-		t.Fatalf("%s kept the refused pod's sandbox: %q", e.Runtime(), ids)
+		t.Fatalf("%s runs the refused pod's sandbox: %q", e.Runtime(), ids)
 	}
 	if len(m.adds(spec.UID)) == 0 {
 		t.Fatalf("ztunnel never saw the pod: it was refused before enrollment was tried")
