@@ -14,6 +14,7 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
+	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )
 
@@ -93,14 +94,7 @@ func runtimeEnv(t testing.TB, rt matrixRuntime) *env.Env {
 	if rt.runtime == env.Containerd {
 		return shared
 	}
-	bin := os.Getenv(rt.binVar)
-	if bin == "" {
-		msg := fmt.Sprintf("%s tests need %s (the directory %s prints; `make test` sets it)", rt.runtime, rt.binVar, rt.installer)
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip("SKIPPING: " + msg)
-	}
+	bin := privtest.RequireEnv(t, rt.binVar, fmt.Sprintf("%s tests need the directory %s prints; `make test` sets it", rt.runtime, rt.installer))
 	runtimeEnvs.Lock()
 	o := runtimeEnvs.each[rt.runtime]
 	if o == nil {
