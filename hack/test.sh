@@ -3,12 +3,18 @@
 # package's tests, in phases so that a cold machine's largest jobs overlap
 # instead of queueing.
 #
-#   1. containerd and crictl are built; then the end-to-end tests that need
-#      containerd alone run (RUNTIME_TESTS) while, at a lower priority, the
-#      control plane, the kubelet, helm and the upstream CNI plugins build
-#      beside them, then CRI-O and containerd 1.7. Those tests spend most
-#      of their time waiting on the runtime; the builds take what they
-#      leave (on 2 cores, about 50 CPU-minutes from an empty build cache).
+#   0. containerd and crictl build, once every third-party module the
+#      control plane needs is downloaded. Beside that, mostly while it
+#      waits on the network, meshlet's packages and their tests compile
+#      with the tests' flags (go list -export: compiled, not linked),
+#      which phase 1's go test would otherwise do alone.
+#   1. The end-to-end tests that need containerd alone run
+#      (RUNTIME_TESTS) while, at a lower priority, the control plane, the
+#      kubelet, helm and the upstream CNI plugins build beside them, then
+#      CRI-O and containerd 1.7, whose modules download meanwhile. Those
+#      tests spend most of their time waiting on the runtime; the builds
+#      take what they leave (on 2 cores, about 50 CPU-minutes from an
+#      empty build cache).
 #   2. Once the control plane is built: the other end-to-end tests, and
 #      every other package beside them (at the same priority: the unit
 #      tests' bounded waits, starved beside the cluster, timed out at
@@ -35,19 +41,55 @@ RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissThe
 # The end-to-end tests run on every runtime (onEachRuntime).
 MATRIX_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate)$'
 
+# stamp WHAT... notes on stderr how long into the run WHAT happened: the
+# log of a slow run says which phase was slow.
+stamp() {
+  printf 'hack/test.sh: %dm%02ds: %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2
+}
+
 failed=()
 pkgs=$("$GO" list ./...) || exit 1
 mapfile -t rest < <(grep -vx "$E2E" <<<"$pkgs")
 
-runtime_env=$(./hack/install-test-bins.sh MESHLET_E2E_BIN) || exit 1
-eval "$runtime_env"
-
 state=$(mktemp -d)
-builds='' e2e='' matrix=''
+warm='' prefetch='' builds='' e2e='' matrix=''
 # Background jobs do not get the terminal's interrupt: stop them, and what
 # they started (each runs in a process group of its own), with us.
-trap 'for j in $builds $e2e $matrix; do kill -- -"$j" 2>/dev/null; done; rm -rf "$state"' EXIT
+trap 'for j in $warm $prefetch $builds $e2e $matrix; do kill -- -"$j" 2>/dev/null; done; rm -rf "$state"' EXIT
 trap 'exit 130' INT TERM
+
+# The go test flags that change how packages compile, for go list.
+build_flags=()
+for f in "$@"; do
+  case $f in
+  -race | -msan | -asan | -cover | -trimpath | -tags=* | -gcflags=* | -asmflags=*) build_flags+=("$f") ;;
+  esac
+done
+set -m
+# A compile error is the tests' to report, naming the package.
+"$GO" list "${build_flags[@]}" -export -deps -test -f '' ./... >/dev/null 2>&1 &
+warm=$!
+set +m
+
+runtime_env=$(./hack/install-test-bins.sh MESHLET_E2E_BIN) || exit 1
+eval "$runtime_env"
+stamp "containerd and crictl installed"
+# Two go commands compiling the same packages at once both compile them.
+wait "$warm"
+warm=''
+stamp "meshlet's packages compiled"
+
+set -m
+# Downloads only, at once: their builds come after the control plane's.
+(
+  (
+    test/e2e/install-crio.sh --download &
+    test/e2e/install-containerd17.sh --download &
+    wait
+  ) 2>&1 | sed -u 's|^|[runtime downloads] |' >&2
+) &
+prefetch=$!
+set +m
 
 # install VAR... installs the binaries the variables name, at a lower
 # priority, into $state/<first VAR>.env and .status.
@@ -73,9 +115,11 @@ builds=$!
 set +m
 
 "$GO" test "$@" -run "$RUNTIME_TESTS" "$E2E" || failed+=("the end-to-end tests on containerd alone")
+stamp "the end-to-end tests on containerd alone done"
 
 set -m
 if await MESHLET_KUBE_BIN; then
+  stamp "the control plane installed"
   "$GO" test "$@" -skip "$RUNTIME_TESTS|$MATRIX_TESTS" "$E2E" &
   e2e=$!
 else
@@ -85,20 +129,26 @@ fi
   for var in MESHLET_CRIO_BIN MESHLET_CONTAINERD17_BIN; do
     await "$var" || echo "building $var (the output is above): its runtime's tests fail, naming it" >>"$state/failed"
   done
+  stamp "CRI-O and containerd 1.7 installed"
   "$GO" test "$@" -run "$MATRIX_TESTS" "$E2E" || echo "the end-to-end tests on every runtime" >>"$state/failed"
+  stamp "the end-to-end tests on every runtime done"
 ) &
 matrix=$!
 set +m
 
 "$GO" test "$@" "${rest[@]}" || failed+=("the other packages")
+stamp "the other packages done"
 if [ -n "$e2e" ]; then
   wait "$e2e" || failed+=("the end-to-end tests on the cluster")
   e2e=''
+  stamp "the end-to-end tests on the cluster done"
 fi
 wait "$matrix"
 matrix=''
 wait "$builds"
 builds=''
+wait "$prefetch"
+prefetch=''
 if [ -s "$state/failed" ]; then
   mapfile -t -O "${#failed[@]}" failed <"$state/failed"
 fi

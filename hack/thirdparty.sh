@@ -136,9 +136,22 @@ k8s_version_ldflags() {
 # thirdparty_own_module DIR MODULE@VERSION PACKAGE... prepares (once) a
 # throwaway module in DIR that requires MODULE@VERSION and imports each
 # PACKAGE, with MODULE's own go.sum (its checksums, so that resolving needs
-# no lookup the proxy might refuse) and its own dependency versions. Call
-# it holding thirdparty_lock.
+# no lookup the proxy might refuse) and its own dependency versions, each
+# package's source downloaded. It holds a lock of DIR's own, not thirdparty_lock:
+# preparing is downloading, which can overlap another's build (make test
+# prepares these while the tests compile; the build comes much later).
 thirdparty_own_module() {
+  if [ -f "$1/.ready" ]; then
+    return 0
+  fi
+  mkdir -p "$(dirname "$1")"
+  (
+    flock 8
+    thirdparty_own_module_locked "$@"
+  ) 8>"$1.lock"
+}
+
+thirdparty_own_module_locked() {
   local dir=$1 modver=$2
   shift 2
   if [ -f "$dir/.ready" ]; then

@@ -3,7 +3,8 @@
 # runtime the end-to-end matrix runs meshlet on: NRI is off by default there
 # and its NRI is older (no validator). Built from the Go module proxy in a
 # module of its own under the cache (hack/thirdparty.sh), once, keyed by
-# version. Prints the bin directory on the last line.
+# version. Prints the bin directory on the last line; with --download,
+# only downloads what the build needs, and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/../../hack/thirdparty.sh"
 
@@ -11,18 +12,21 @@ set -euo pipefail
 BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD17_VERSION-$(sha256sum "$0" | cut -c1-12)"
 
 built() { [ -x "$BIN/containerd" ] && [ -x "$BIN/ctr" ] && [ -x "$BIN/containerd-shim-runc-v2" ]; }
+c=github.com/containerd/containerd/cmd
+mod="$THIRDPARTY_CACHE/thirdparty-build/containerd-$CONTAINERD17_VERSION"
 if ! built; then
+  thirdparty_own_module "$mod" "github.com/containerd/containerd@$CONTAINERD17_VERSION" \
+    $c/containerd $c/ctr $c/containerd-shim-runc-v2
+  if [ "${1:-}" = --download ]; then
+    exit 0
+  fi
   thirdparty_lock
 fi
 if ! built; then
   echo "containerd 1.7 install: building containerd, ctr and containerd-shim-runc-v2 $CONTAINERD17_VERSION" >&2
-  c=github.com/containerd/containerd/cmd
-  mod="$THIRDPARTY_CACHE/thirdparty-build/containerd-$CONTAINERD17_VERSION"
-  thirdparty_own_module "$mod" "github.com/containerd/containerd@$CONTAINERD17_VERSION" \
-    $c/containerd $c/ctr $c/containerd-shim-runc-v2
   rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
   (cd "$mod" && CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" \
     -o "$BIN.tmp/" $c/containerd $c/ctr $c/containerd-shim-runc-v2)
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 fi
-echo "$BIN"
+[ "${1:-}" = --download ] || echo "$BIN"

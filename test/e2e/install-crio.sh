@@ -5,7 +5,8 @@
 # from the Go module proxy in a module of its own under the cache
 # (hack/thirdparty.sh), with cgo (seccomp); pinns, which CRI-O pins pods'
 # namespaces with, is C, built from the same module's source. Both once,
-# keyed by version. Prints the bin directory on the last line.
+# keyed by version. Prints the bin directory on the last line; with
+# --download, only downloads what the build needs, and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/../../hack/thirdparty.sh"
 
@@ -28,13 +29,16 @@ if ((${#need[@]})); then
 fi
 
 built() { [ -x "$BIN/crio" ] && [ -x "$BIN/pinns" ]; }
+mod="$THIRDPARTY_CACHE/thirdparty-build/crio-$CRIO_VERSION"
 if ! built; then
+  thirdparty_own_module "$mod" "github.com/cri-o/cri-o@$CRIO_VERSION" github.com/cri-o/cri-o/cmd/crio
+  if [ "${1:-}" = --download ]; then
+    exit 0
+  fi
   thirdparty_lock
 fi
 if ! built; then
   echo "crio install: building crio and pinns $CRIO_VERSION" >&2
-  mod="$THIRDPARTY_CACHE/thirdparty-build/crio-$CRIO_VERSION"
-  thirdparty_own_module "$mod" "github.com/cri-o/cri-o@$CRIO_VERSION" github.com/cri-o/cri-o/cmd/crio
   rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
   # CRI-O's own build tags, less the storage drivers and signature
   # backends that need C libraries Debian would have to provide.
@@ -48,4 +52,4 @@ if ! built; then
   rm -rf "$BIN.tmp/pinns-src" "$BIN.tmp/bin"
   rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
 fi
-echo "$BIN"
+[ "${1:-}" = --download ] || echo "$BIN"
