@@ -12,12 +12,26 @@ import (
 )
 
 // apiClients are the API server adapters: informers (the resolver), the
-// status patcher and pod events.
+// status patcher, events, and the node settings' ConfigMaps (watchSettings).
 type apiClients struct {
 	client  kubernetes.Interface
 	watcher *kube.Watcher
 	status  *kube.StatusPatcher
 	events  *kube.Events
+	// settings watches --config-map; nil without.
+	settings *kube.ConfigMapWatch
+	// observe reads the i'th ConfigMap into the node settings.
+	observe func(ctx context.Context, i int)
+}
+
+// watchSettings makes the --config-map ConfigMaps, once run starts their
+// informers, feed s.
+func (a *apiClients) watchSettings(ctx context.Context, refs []kube.ObjectRef, s *nodeSettings) {
+	if len(refs) == 0 {
+		return
+	}
+	a.observe = func(ctx context.Context, i int) { s.Observe(ctx, i, a.settings.Get(i)) }
+	a.settings = kube.WatchConfigMaps(a.client, refs, func(i int) { a.observe(ctx, i) })
 }
 
 // syncWait bounds how long start-up waits for the informers before the NRI
@@ -36,7 +50,7 @@ func newAPIClients(cfg Config) (*apiClients, error) {
 	}
 	return &apiClients{
 		client:  client,
-		watcher: kube.NewWatcher(client, kube.WatcherConfig{NodeName: cfg.NodeName, DataplaneModeLabel: cfg.Policy.DataplaneModeLabel}),
+		watcher: kube.NewWatcher(client, kube.WatcherConfig{NodeName: cfg.NodeName}),
 		status:  kube.NewStatusPatcher(client),
 		events:  kube.NewEvents(client, cfg.NodeName),
 	}, nil
@@ -45,6 +59,17 @@ func newAPIClients(cfg Config) (*apiClients, error) {
 // run starts the informers, the status patcher and the re-evaluation on
 // label changes, until ctx ends.
 func (a *apiClients) run(ctx context.Context, core *enroll.Core) {
+	if a.settings != nil {
+		a.settings.Start(ctx)
+		go func() {
+			// However late the API server answers (start-up waits
+			// syncWait at most): the informers report no event for a
+			// ConfigMap that does not exist.
+			if a.settings.WaitForSync(ctx) == nil {
+				a.observeAll(ctx)
+			}
+		}()
+	}
 	a.watcher.Start(ctx)
 	go a.status.Run(ctx)
 	a.watcher.RunReevaluation(ctx, core.Reevaluate)
@@ -55,9 +80,23 @@ func (a *apiClients) run(ctx context.Context, core *enroll.Core) {
 func (a *apiClients) waitForSync(ctx context.Context, logger klog.Logger) {
 	ctx, cancel := context.WithTimeout(ctx, syncWait)
 	defer cancel()
+	if a.settings != nil {
+		if err := a.settings.WaitForSync(ctx); err != nil {
+			logger.Error(err, "Node settings' ConfigMaps not read; serving the runtime anyway, with the saved settings until they are")
+		} else {
+			a.observeAll(ctx)
+		}
+	}
 	if err := a.watcher.WaitForSync(ctx); err != nil {
 		logger.Error(err, "Informers not synced; serving the runtime anyway (pods decided from their own labels until the API answers)")
 		return
 	}
 	logger.Info("Informers synced")
+}
+
+// observeAll reads every --config-map as it is now.
+func (a *apiClients) observeAll(ctx context.Context) {
+	for i := range a.settings.Len() {
+		a.observe(ctx, i)
+	}
 }

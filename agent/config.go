@@ -7,14 +7,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"golang.org/x/sys/unix"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
@@ -91,6 +92,12 @@ type Config struct {
 	// SkipPodIPCheck enrolls a pod whose network namespace does not hold
 	// its IPs, for a CNI that keeps them elsewhere.
 	SkipPodIPCheck bool
+	// ConfigMaps hold NodeSettings documents merged, in order, over the
+	// flags' values of the settings they give, and watched: a change
+	// applies while meshlet runs (see nodeSettings).
+	ConfigMaps []kube.ObjectRef
+	// LogVerbosity is klog's -v (a node setting too).
+	LogVerbosity int
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
@@ -146,6 +153,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UnmeshOnUninstall, "unmesh-on-uninstall", c.UnmeshOnUninstall, "when meshlet's DaemonSet is deleted (needs --pod-name), take every pod out of the mesh before exiting: ztunnel Del, in-pod rules removed (default: running pods keep their rules until they stop)")
 	fs.BoolVar(&c.SkipPodIPCheck, "skip-pod-ip-check", c.SkipPodIPCheck, "enroll a mesh pod even when its network namespace does not hold the IPs the runtime reports (by default such a pod is refused: the runtime named the wrong namespace); only for a CNI that keeps pod IPs outside the pod's namespace")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
+	fs.Var(configMapRefs{&c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
+	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
@@ -153,8 +162,8 @@ func (c *Config) Validate() error {
 	if c.ZtunnelSocket == "" {
 		return errors.New("--ztunnel-socket must not be empty")
 	}
-	if errs := validation.IsQualifiedName(c.Policy.DataplaneModeLabel); len(errs) > 0 {
-		return fmt.Errorf("--dataplane-mode-label=%q: not a label key: %s", c.Policy.DataplaneModeLabel, strings.Join(errs, "; "))
+	if err := nodesettings.CheckLabelKey(c.Policy.DataplaneModeLabel); err != nil {
+		return fmt.Errorf("--dataplane-mode-label: %w", err)
 	}
 	// Names that no namespace or RuntimeClass can have would match nothing
 	// (and CNI mode's installer refuses such namespaces when it starts).
@@ -163,10 +172,21 @@ func (c *Config) Validate() error {
 		names []string
 	}{{"--excluded-namespaces", c.Policy.ExcludedNamespaces}, {"--denied-runtime-handlers", c.Policy.DeniedRuntimeHandlers}} {
 		for _, name := range l.names {
-			if errs := validation.IsDNS1123Label(name); len(errs) > 0 {
-				return fmt.Errorf("%s: %q is not a name a namespace or RuntimeClass handler can have: %s", l.flag, name, strings.Join(errs, "; "))
+			if err := nodesettings.CheckName(name); err != nil {
+				return fmt.Errorf("%s: %w", l.flag, err)
 			}
 		}
+	}
+	if err := nodesettings.CheckLogVerbosity(c.LogVerbosity); err != nil {
+		return fmt.Errorf("-v: %w", err)
+	}
+	for i, ref := range c.ConfigMaps {
+		if slices.Index(c.ConfigMaps, ref) < i {
+			return fmt.Errorf("--config-map=%s: given twice", ref)
+		}
+	}
+	if len(c.ConfigMaps) > 0 && c.Standalone {
+		return errors.New("--config-map needs the API server: drop --standalone (or the ConfigMaps)")
 	}
 	if c.StateDir == "" {
 		return errors.New("--state-dir must not be empty")
@@ -183,8 +203,8 @@ func (c *Config) Validate() error {
 	if len(c.NRI.Index) != 2 || c.NRI.Index[0] < '0' || c.NRI.Index[0] > '9' || c.NRI.Index[1] < '0' || c.NRI.Index[1] > '9' {
 		return fmt.Errorf("--nri-plugin-index=%q: want two digits, e.g. 10", c.NRI.Index)
 	}
-	if c.NRI.EnrollTimeout <= 0 || c.NRI.EnrollTimeout >= 2*time.Second {
-		return fmt.Errorf("--enroll-timeout=%v: want more than 0 and less than the runtime's 2s NRI request timeout (a timed-out hook drops the plugin and the pod starts unmeshed)", c.NRI.EnrollTimeout)
+	if err := nodesettings.CheckEnrollTimeout(c.NRI.EnrollTimeout); err != nil {
+		return fmt.Errorf("--enroll-timeout=%w", err)
 	}
 	if err := c.CNI.Validate(); err != nil {
 		return err

@@ -95,6 +95,7 @@ func TestValidateNamesFlag(t *testing.T) {
 		{"--cni-plugin-binary=meshlet-cni", "--cni-plugin-binary"},
 		{"--mode=cni", "--standalone"}, // CNI passes no labels: the API server is needed
 		{"--pod-name=meshlet-x", "--pod-namespace"},
+		{"--config-map=meshlet/settings", "--config-map"}, // with --standalone: no API server
 	} {
 		cfg, err := parse(t, []string{"--standalone", c.arg}, nil)
 		if err != nil {
@@ -177,5 +178,44 @@ func TestSocketPathLengthIsChecked(t *testing.T) {
 	}
 	if runtime.GOOS == "linux" && maxSocketPath != 107 {
 		t.Errorf("maxSocketPath = %d, want 107 on Linux (sun_path is 108 bytes)", maxSocketPath)
+	}
+}
+
+func TestNodeSettingsFlags(t *testing.T) {
+	cfg, err := parse(t, []string{"--node-name=n", "--config-map=meshlet/a", "--config-map=istio-system/b,meshlet/c", "-v=4"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := (configMapRefs{&cfg.ConfigMaps}).String(); got != "meshlet/a,istio-system/b,meshlet/c" || cfg.LogVerbosity != 4 {
+		t.Fatalf("config maps %s, verbosity %d", got, cfg.LogVerbosity)
+	}
+	for arg, want := range map[string]string{"-v=11": "want 0 to 10", "--config-map=settings": "NAMESPACE/NAME"} {
+		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c := DefaultConfig()
+		c.AddFlags(fs)
+		if err := fs.Parse([]string{arg}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a refusal with %q", arg, err, want)
+		}
+	}
+	// -v sets klog's verbosity as it parses; back to this test's.
+	t.Cleanup(func() { _ = setLogVerbosity(0) })
+	cfg, err = parse(t, []string{"--node-name=n", "--config-map=meshlet/a,meshlet/a"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "given twice") {
+		t.Errorf("a ConfigMap twice: Validate = %v", err)
+	}
+	// The environment variable: comma-separated.
+	cfg, err = parse(t, []string{"--node-name=n"}, map[string]string{"MESHLET_CONFIG_MAP": "meshlet/a,meshlet/b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.ConfigMaps) != 2 {
+		t.Fatalf("MESHLET_CONFIG_MAP: %v", cfg.ConfigMaps)
 	}
 }

@@ -54,8 +54,12 @@ type podsView interface {
 
 var _ podsView = (*enroll.Core)(nil)
 
-func debugHandler(node string, mode func() string, core podsView, ztunnels func() int) http.Handler {
+func debugHandler(node string, mode func() string, core podsView, ztunnels func() int, settings func() debugSettings) http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/settings", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(settings())
+	})
 	mux.HandleFunc("/debug/pods", func(w http.ResponseWriter, _ *http.Request) {
 		out := debugPods{Node: node, Mode: mode(), ZtunnelConnections: ztunnels(), Pods: []debugPod{}}
 		for _, p := range core.Pods() {
@@ -93,23 +97,66 @@ func listenDebug(stateDir string, h http.Handler) (*httpServer, error) {
 func Status(ctx context.Context, cfg Config, w io.Writer) error {
 	path := filepath.Join(cfg.StateDir, DebugSocketName)
 	client := unixHTTPClient(path, 5*time.Second)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet/debug/pods", nil)
+	var pods debugPods
+	if err := getDebug(ctx, client, path, "/debug/pods", &pods); err != nil {
+		return err
+	}
+	var settings debugSettings
+	if err := getDebug(ctx, client, path, "/debug/settings", &settings); err != nil {
+		return err
+	}
+	if err := printStatus(w, pods, time.Now()); err != nil {
+		return err
+	}
+	return printSettings(w, settings)
+}
+
+// getDebug reads one of the debug socket's JSON answers into v.
+func getDebug(ctx context.Context, client *http.Client, socket, endpoint string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet"+endpoint, nil)
 	if err != nil {
 		return err
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return fmt.Errorf("ask the running meshlet at %s (is it running, with this --state-dir?): %w", path, err)
+		return fmt.Errorf("ask the running meshlet at %s (is it running, with this --state-dir?): %w", socket, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", path, resp.Status)
+		return fmt.Errorf("%s %s: %s", socket, endpoint, resp.Status)
 	}
-	var v debugPods
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return fmt.Errorf("decode /debug/pods: %w", err)
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("decode %s: %w", endpoint, err)
 	}
-	return printStatus(w, v, time.Now())
+	return nil
+}
+
+// printSettings writes the effective node settings, then where each
+// ConfigMap stands.
+func printSettings(w io.Writer, v debugSettings) error {
+	e := v.Effective
+	fmt.Fprintf(w, "\nsettings: dnsCapture=%t excludedNamespaces=%s deniedRuntimeHandlers=%s dataplaneModeLabel=%s enrollTimeout=%v logVerbosity=%d\n",
+		e.DNSCapture, strings.Join(e.ExcludedNamespaces, ","), strings.Join(e.DeniedRuntimeHandlers, ","), e.DataplaneModeLabel, e.EnrollTimeout, e.LogVerbosity)
+	if e.EnablementSelectors != nil {
+		fmt.Fprintf(w, "enablement selectors (in place of the dataplane-mode label): %d\n", len(e.EnablementSelectors))
+		for _, s := range e.EnablementSelectors {
+			fmt.Fprintf(w, "  %s\n", s)
+		}
+	}
+	for _, s := range v.Sources {
+		fmt.Fprintf(w, "configmap %s: %s", s.ConfigMap, s.State)
+		if s.ResourceVersion != "" {
+			fmt.Fprintf(w, " (resourceVersion %s)", s.ResourceVersion)
+		}
+		if len(s.Gives) > 0 {
+			fmt.Fprintf(w, ", gives %s", strings.Join(s.Gives, ","))
+		}
+		if s.Error != "" {
+			fmt.Fprintf(w, "\n  %s", s.Error)
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
 }
 
 func printStatus(w io.Writer, v debugPods, now time.Time) error {

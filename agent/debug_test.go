@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/nodesettings"
 )
 
 // fakePods stands in for the core (its states are tested in agent/enroll).
@@ -33,7 +34,11 @@ func (fakePods) Record(uid string) (enroll.Record, bool) {
 }
 
 func TestDebugPodsAndStatus(t *testing.T) {
-	h := debugHandler("node-a", func() string { return "nri" }, fakePods{}, func() int { return 1 })
+	settings := debugSettings{Effective: nodesettings.Values{DNSCapture: false, ExcludedNamespaces: []string{"kube-system", "batch"},
+		DataplaneModeLabel: "istio.io/dataplane-mode", LogVerbosity: 2, EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)},
+		Sources: []debugSource{{ConfigMap: "meshlet-system/meshlet-settings", State: sourceInvalid, ResourceVersion: "12",
+			Error: "settings.yaml: dnsCapture: invalid", Gives: []string{"dnsCapture", "excludedNamespaces"}}}}
+	h := debugHandler("node-a", func() string { return "nri" }, fakePods{}, func() int { return 1 }, func() debugSettings { return settings })
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
 	var v debugPods
@@ -60,7 +65,9 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	if err := Status(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 2 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected"} {
+	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 2 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected",
+		"settings: dnsCapture=false excludedNamespaces=kube-system,batch", "enrollTimeout=1.5s logVerbosity=2",
+		"configmap meshlet-system/meshlet-settings: invalid (resourceVersion 12), gives dnsCapture,excludedNamespaces", "settings.yaml: dnsCapture: invalid"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("meshlet status lacks %q:\n%s", want, out.String())
 		}

@@ -32,6 +32,10 @@ type readiness struct {
 	lockHeld atomic.Bool
 	// serving, once set, says whether the node's meshlet can enroll pods.
 	serving atomic.Pointer[func() error]
+	// warnings, if set, are what a serving meshlet's /readyz adds to its
+	// answer: problems that do not stop it serving (a node settings
+	// document it cannot use).
+	warnings func() []string
 }
 
 // setPlugin makes the DRA kubelet plugin's serving part of readiness. A
@@ -77,6 +81,11 @@ func (r *readiness) check() (detail string, err error) {
 	}
 	if err := (*serving)(); err != nil {
 		return "", err
+	}
+	if r.warnings != nil {
+		if w := r.warnings(); len(w) > 0 {
+			return "serving; " + strings.Join(w, "; "), nil
+		}
 	}
 	return "serving", nil
 }

@@ -6,14 +6,17 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
@@ -40,10 +43,27 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	pol, err := policy.New(cfg.Policy)
+	// The node settings, until the ConfigMaps are read: the flags' with the
+	// last good documents of the ConfigMaps saved in --state-dir.
+	live := newNodeSettings(cfg, logger)
+	sv := live.Values()
+	if sv.LogVerbosity != cfg.LogVerbosity {
+		if err := setLogVerbosity(sv.LogVerbosity); err != nil {
+			return err
+		}
+	}
+	polCfg, err := policyConfig(cfg.Policy, sv)
 	if err != nil {
 		return err
 	}
+	pol, err := policy.New(polCfg)
+	if err != nil {
+		return err
+	}
+	var enrollTimeout atomic.Int64
+	enrollTimeout.Store(int64(sv.EnrollTimeout))
+	podDefaults := cfg.PodDefaults
+	podDefaults.DNSCapture = sv.DNSCapture
 	// Each component gets a lifetime of its own, so shutdown can be ordered;
 	// a component that fails cancels the root with its error as the cause.
 	root, fail := context.WithCancelCause(ctx)
@@ -69,6 +89,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer api.events.Shutdown()
 		resolver, status = api.watcher, api.status
+		api.watchSettings(ctx, cfg.ConfigMaps, live)
+		live.invalid = func(ref kube.ObjectRef, uid types.UID, err error) {
+			api.events.InvalidSettings(ref, uid, cfg.NodeName, err)
+		}
 	}
 	// Per-pod settings, highest precedence first: the pod's mesh claims,
 	// its annotations, then (in the core) the node's defaults. A claim also
@@ -87,6 +111,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	live.valid = settingsValidMetric(reg, cfg.ConfigMaps)
 	var driver *draplugin.Driver
 	stopDRA := func() {}
 	if dra {
@@ -112,7 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer func() { stopDRA() }()
 	}
-	ready := &readiness{}
+	ready := &readiness{warnings: live.problems}
 	if driver != nil {
 		ready.setPlugin(driver.Serving, cfg.DRA.PodUID == "")
 	}
@@ -169,9 +194,16 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
 		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
-		enroll.Config{Defaults: cfg.PodDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
+		enroll.Config{Defaults: podDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
 	if err != nil {
 		return err
+	}
+	live.apply = func(ctx context.Context, v nodesettings.Values, _ []string) {
+		applySettings(ctx, v, cfg, pol, core, &enrollTimeout)
+		if api != nil {
+			// Through the label changes' path: debounced, after sync.
+			api.watcher.RequestReevaluation()
+		}
 	}
 	var m *metrics
 	if api != nil {
@@ -186,6 +218,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			removeStaleCNI(ctx, cfg)
 			nriCfg := cfg.NRI
+			nriCfg.CurrentEnrollTimeout = func() time.Duration { return time.Duration(enrollTimeout.Load()) }
 			nriCfg.AfterSynchronize = func(ctx context.Context) {
 				// The runtime listed every running pod: node-side state of
 				// pods removed while meshlet was away can go.
@@ -237,7 +270,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		servers = append(servers, s)
 	}
-	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, source.current, core, server.Connections))
+	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, source.current, core, server.Connections, live.debug))
 	if err != nil {
 		return err
 	}

@@ -122,6 +122,10 @@ func TestDeployManifests(t *testing.T) {
 				create(t, "meshlet.yaml", doc, &appsv1.DaemonSet{}, func(ctx context.Context, o *appsv1.DaemonSet, opts metav1.CreateOptions) (*appsv1.DaemonSet, error) {
 					return c.AppsV1().DaemonSets(o.Namespace).Create(ctx, o, opts)
 				})
+			case "ConfigMap":
+				create(t, "meshlet.yaml", doc, &corev1.ConfigMap{}, func(ctx context.Context, o *corev1.ConfigMap, opts metav1.CreateOptions) (*corev1.ConfigMap, error) {
+					return c.CoreV1().ConfigMaps(o.Namespace).Create(ctx, o, opts)
+				})
 			default:
 				t.Fatalf("unexpected kind %q in deploy/meshlet.yaml", kind)
 			}

@@ -49,6 +49,9 @@ type Config struct {
 	// EnrollTimeout bounds one enrollment inside a hook. Keep it below the
 	// runtime's plugin request timeout (2 s by default).
 	EnrollTimeout time.Duration
+	// CurrentEnrollTimeout, if set, is read at each hook in place of
+	// EnrollTimeout: the node's settings change it while meshlet runs.
+	CurrentEnrollTimeout func() time.Duration
 	// MinBackoff and MaxBackoff bound reconnect attempts; StablePeriod is
 	// how long a connection must last for the backoff to reset: longer than
 	// a runtime that accepts the plugin and drops it at once keeps it, far
@@ -201,8 +204,12 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 }
 
 func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, p.cfg.EnrollTimeout,
-		fmt.Errorf("enrollment exceeded --enroll-timeout=%v", p.cfg.EnrollTimeout))
+	timeout := p.cfg.EnrollTimeout
+	if p.cfg.CurrentEnrollTimeout != nil {
+		timeout = p.cfg.CurrentEnrollTimeout()
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout,
+		fmt.Errorf("enrollment exceeded the enroll timeout (%v)", timeout))
 	defer cancel()
 	start := time.Now()
 	res, err := p.core.Enroll(ctx, pod)

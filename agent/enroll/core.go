@@ -65,8 +65,10 @@ type Config struct {
 
 // Core is the enrollment state machine for one node.
 type Core struct {
-	ports    Ports
-	defaults Settings
+	ports Ports
+	// defaults are the node's per-pod settings (Config.Defaults), which
+	// SetDefaults changes while pods enroll.
+	defaults atomic.Pointer[Settings]
 	// parallelism bounds Reconcile and Reevaluate fan-out.
 	parallelism int
 	now         func() time.Time
@@ -121,15 +123,22 @@ func New(ports Ports, cfg Config) (*Core, error) {
 	if err := ports.validate(); err != nil {
 		return nil, err
 	}
-	c := &Core{ports: ports, defaults: cfg.Defaults, parallelism: 8, now: time.Now,
+	c := &Core{ports: ports, parallelism: 8, now: time.Now,
 		slots: make(map[string]*slot), view: make(map[string]podView),
 		checkpointed: make(map[string]*Record, len(cfg.Checkpointed))}
+	c.SetDefaults(cfg.Defaults)
 	for i := range cfg.Checkpointed {
 		r := &cfg.Checkpointed[i]
 		c.checkpointed[r.UID] = r
 	}
 	return c, nil
 }
+
+// SetDefaults makes d the node's per-pod settings from the next
+// enrollment on. Pods already enrolled keep theirs until they are
+// converged again (Reevaluate), which re-programs those whose settings
+// change.
+func (c *Core) SetDefaults(d Settings) { c.defaults.Store(&d) }
 
 // Enroll brings a running pod to the state policy wants: enrolled (rules in
 // place, ztunnel acked, netns held) or not. It is synchronous and
@@ -595,7 +604,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 // settings resolves the pod's settings: each field from the first source
 // that sets it, else the node's default.
 func (c *Core) settings(ctx context.Context, pod *Pod, info PodInfo) Settings {
-	s := c.defaults
+	s := *c.defaults.Load()
 	var taken SettingsOverride
 	for _, src := range c.ports.Settings {
 		o, warnings := src.PodSettings(pod, info)

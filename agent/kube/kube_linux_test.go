@@ -100,7 +100,7 @@ func startWatcher(t testing.TB, c kubernetes.Interface) (*kube.Watcher, context.
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(cancel)
-	w := kube.NewWatcher(c, kube.WatcherConfig{NodeName: node, DataplaneModeLabel: policy.DataplaneModeLabel,
+	w := kube.NewWatcher(c, kube.WatcherConfig{NodeName: node,
 		GetTimeout: 300 * time.Millisecond, Debounce: 20 * time.Millisecond})
 	w.Start(ctx)
 	sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
@@ -324,6 +324,21 @@ func TestRBAC(t *testing.T) {
 	_, err = rc.CoreV1().Events(ns).Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "e", Namespace: ns},
 		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: p.Name}, Reason: "Test", Message: "m", Type: "Normal"}, metav1.CreateOptions{})
 	must(t, err)
+	// The node settings' ConfigMap (the chart's, by name), watched.
+	settings, err := c.CoreV1().ConfigMaps("meshlet-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-settings"},
+		Data: map[string]string{"settings.yaml": "apiVersion: meshlet.dev/v1alpha1\nkind: NodeSettings\n"}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		settings, err = c.CoreV1().ConfigMaps("meshlet-system").Get(ctx, "meshlet-settings", metav1.GetOptions{})
+	}
+	must(t, err)
+	cmw := kube.WatchConfigMaps(rc, []kube.ObjectRef{{Namespace: "meshlet-system", Name: "meshlet-settings"}}, func(int) {})
+	cmw.Start(wctx)
+	syncCtx, cancelSync := context.WithTimeout(wctx, 30*time.Second)
+	defer cancelSync()
+	must(t, cmw.WaitForSync(syncCtx))
+	if got := cmw.Get(0); got == nil || got.ResourceVersion != settings.ResourceVersion {
+		t.Fatalf("settings ConfigMap through the watch as meshlet: %+v, want resourceVersion %s", got, settings.ResourceVersion)
+	}
 
 	// And nothing more.
 	forbidden := map[string]error{
@@ -339,6 +354,18 @@ func TestRBAC(t *testing.T) {
 		"update namespace": func() error {
 			n, _ := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 			_, err := rc.CoreV1().Namespaces().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}(),
+		"list every ConfigMap": func() error {
+			_, err := rc.CoreV1().ConfigMaps("meshlet-system").List(ctx, metav1.ListOptions{})
+			return err
+		}(),
+		"get another ConfigMap": func() error {
+			_, err := rc.CoreV1().ConfigMaps("meshlet-system").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			return err
+		}(),
+		"update the settings": func() error {
+			_, err := rc.CoreV1().ConfigMaps("meshlet-system").Update(ctx, settings, metav1.UpdateOptions{})
 			return err
 		}(),
 	}
@@ -498,7 +525,7 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := kube.NewWatcher(c, kube.WatcherConfig{NodeName: node, DataplaneModeLabel: policy.DataplaneModeLabel,
+	w := kube.NewWatcher(c, kube.WatcherConfig{NodeName: node,
 		GetTimeout: 300 * time.Millisecond, Debounce: 20 * time.Millisecond})
 	w.Start(ctx)
 	core, ports := newCore(t, w, noStatus{})

@@ -30,8 +30,6 @@ type WatcherConfig struct {
 	GetTimeout time.Duration
 	// Debounce groups label changes into one Reevaluate.
 	Debounce time.Duration
-	// DataplaneModeLabel is the label whose changes matter on namespaces.
-	DataplaneModeLabel string
 }
 
 // Watcher watches this node's pods and all namespaces.
@@ -78,9 +76,10 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 	w.podList = w.pfactory.Core().V1().Pods().Lister()
 	_, _ = w.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { w.notify() },
+		// Any label: the node settings may change which ones select
+		// (the dataplane-mode label, enablement selectors).
 		UpdateFunc: func(o, n any) {
-			on, nn := o.(*corev1.Namespace), n.(*corev1.Namespace)
-			if on.Labels[cfg.DataplaneModeLabel] != nn.Labels[cfg.DataplaneModeLabel] {
+			if !maps.Equal(o.(*corev1.Namespace).Labels, n.(*corev1.Namespace).Labels) {
 				w.notify()
 			}
 		},
@@ -98,7 +97,7 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 		},
 		UpdateFunc: func(o, n any) {
 			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
-			if !maps.Equal(op.Labels, np.Labels) || !maps.Equal(op.Annotations, np.Annotations) ||
+			if !maps.Equal(op.Labels, np.Labels) || !sameAnnotations(op.Annotations, np.Annotations) ||
 				op.Spec.ServiceAccountName != np.Spec.ServiceAccountName {
 				w.notify()
 			}
@@ -239,4 +238,26 @@ func nonNil(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// sameAnnotations compares two pods' annotations but for meshlet's own
+// status (RedirectionAnnotation): reporting a pod's enrollment must not
+// re-evaluate every pod on the node.
+func sameAnnotations(a, b map[string]string) bool {
+	if len(a) == len(b) && maps.Equal(a, b) {
+		return true
+	}
+	for k, v := range a {
+		if k != RedirectionAnnotation {
+			if bv, ok := b[k]; !ok || bv != v {
+				return false
+			}
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok && k != RedirectionAnnotation {
+			return false
+		}
+	}
+	return true
 }

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/nodesettings"
 )
 
 // Istio's keys and values. Defaults for Config.
@@ -37,6 +39,7 @@ const (
 	ReasonRuntimeHandler  = "runtime-handler-denied"
 	ReasonSidecarInjected = "sidecar-injected"
 	ReasonClaim           = "resource-claim"
+	ReasonSelector        = "enablement-selector"
 )
 
 // Config holds the selection settings. The zero value is not useful: start
@@ -54,6 +57,12 @@ type Config struct {
 	// ZtunnelNamespace and ZtunnelLabels identify ztunnel's own pods.
 	ZtunnelNamespace string
 	ZtunnelLabels    map[string]string
+	// EnablementSelectors, when not nil, select the mesh's pods in place of
+	// the dataplane-mode label rules (Istio's ambient enablement
+	// selectors): a pod that matches one is enrolled, any other is not
+	// (an empty list selects none). Pods that can never be enrolled (see
+	// Decide) stay out either way.
+	EnablementSelectors []nodesettings.Selector
 }
 
 // Defaults returns Istio's defaults.
@@ -86,9 +95,10 @@ func (c Config) Validate() error {
 }
 
 // Policy implements enroll.Policy, and enroll.SettingsSource for the
-// settings pods give in their annotations.
+// settings pods give in their annotations. Its configuration can change
+// while it decides (Update): each decision reads one configuration.
 type Policy struct {
-	cfg Config
+	cfg atomic.Pointer[Config]
 }
 
 var (
@@ -98,24 +108,47 @@ var (
 
 // New returns a policy for cfg.
 func New(cfg Config) (*Policy, error) {
-	if err := cfg.Validate(); err != nil {
+	p := &Policy{}
+	if err := p.Update(cfg); err != nil {
 		return nil, err
 	}
-	return &Policy{cfg: cfg}, nil
+	return p, nil
 }
 
+// Update makes cfg the policy's configuration, for the decisions that
+// start from now on; an invalid cfg changes nothing.
+func (p *Policy) Update(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	p.cfg.Store(&cfg)
+	return nil
+}
+
+// Config returns the policy's current configuration.
+func (p *Policy) Config() Config { return *p.cfg.Load() }
+
 // Decide applies, in order: host network, excluded namespace, ztunnel
-// itself, denied runtime handler, sidecar-injected, the pod's `none`
-// opt-out, then the pod label or the namespace label. The first rule that
-// matches gives the reason.
+// itself, denied runtime handler, sidecar-injected; then the enablement
+// selectors when there are any (Config.EnablementSelectors), else the
+// pod's `none` opt-out, then the pod label or the namespace label. The
+// first rule that matches gives the reason.
 //
 // The pod's labels and annotations are the API server's current ones when
 // known (info), else the sandbox's.
 func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
-	c := &p.cfg
+	c := p.cfg.Load()
 	labels, _ := info.Metadata(pod)
-	if reason := p.ineligible(pod, info); reason != "" {
+	if reason := ineligible(c, pod, info); reason != "" {
 		return skip(reason)
+	}
+	if c.EnablementSelectors != nil {
+		for _, s := range c.EnablementSelectors {
+			if s.Matches(labels, info.NamespaceLabels) {
+				return enroll.Decision{Enroll: true, Reason: ReasonSelector}
+			}
+		}
+		return skip(ReasonNotSelected)
 	}
 	switch podMode := labels[c.DataplaneModeLabel]; {
 	case podMode == DataplaneModeNone:
@@ -135,7 +168,7 @@ func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 // ztunnel itself, a denied runtime handler, a sidecar) keeps it out.
 // ClaimConflict refuses those pods, and a `none` label, before they start.
 func (p *Policy) DecideClaimed(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
-	if reason := p.ineligible(pod, info); reason != "" {
+	if reason := ineligible(p.cfg.Load(), pod, info); reason != "" {
 		return skip(reason)
 	}
 	return enroll.Decision{Enroll: true, Reason: ReasonClaim}
@@ -145,39 +178,39 @@ func (p *Policy) DecideClaimed(pod *enroll.Pod, info enroll.PodInfo) enroll.Deci
 // be meshed (see DecideClaimed) or its own label opts it out. nil means
 // the claim can be prepared.
 func (p *Policy) ClaimConflict(pod *enroll.Pod, info enroll.PodInfo) error {
+	c := p.cfg.Load()
 	labels, _ := info.Metadata(pod)
-	switch reason := p.ineligible(pod, info); reason {
+	switch reason := ineligible(c, pod, info); reason {
 	case "":
 	case ReasonHostNetwork:
 		return errors.New("the pod uses the host network: it has no network namespace of its own to redirect")
 	case ReasonExcludedNS:
-		return fmt.Errorf("namespace %q is excluded from the mesh on this node (--excluded-namespaces)", pod.Namespace)
+		return fmt.Errorf("namespace %q is excluded from the mesh on this node (--excluded-namespaces, or the node settings)", pod.Namespace)
 	case ReasonZtunnel:
 		return errors.New("the pod is ztunnel itself")
 	case ReasonRuntimeHandler:
-		return fmt.Errorf("runtime handler %q is denied on this node (--denied-runtime-handlers): in-pod rules cannot take effect in its sandboxes", pod.RuntimeHandler)
+		return fmt.Errorf("runtime handler %q is denied on this node (--denied-runtime-handlers, or the node settings): in-pod rules cannot take effect in its sandboxes", pod.RuntimeHandler)
 	case ReasonSidecarInjected:
-		return fmt.Errorf("the pod has a sidecar (annotation %s)", p.cfg.SidecarStatusAnnotation)
+		return fmt.Errorf("the pod has a sidecar (annotation %s)", c.SidecarStatusAnnotation)
 	default:
 		return fmt.Errorf("the pod cannot be meshed (%s)", reason)
 	}
-	if labels[p.cfg.DataplaneModeLabel] == DataplaneModeNone {
-		return fmt.Errorf("the pod opts out of the mesh with label %s=%s", p.cfg.DataplaneModeLabel, DataplaneModeNone)
+	if labels[c.DataplaneModeLabel] == DataplaneModeNone {
+		return fmt.Errorf("the pod opts out of the mesh with label %s=%s", c.DataplaneModeLabel, DataplaneModeNone)
 	}
 	return nil
 }
 
 // ineligible is the reason a pod can never be enrolled, whatever selects
 // it; "" when it can be.
-func (p *Policy) ineligible(pod *enroll.Pod, info enroll.PodInfo) string {
-	c := &p.cfg
+func ineligible(c *Config, pod *enroll.Pod, info enroll.PodInfo) string {
 	labels, annotations := info.Metadata(pod)
 	switch {
 	case pod.HostNetwork:
 		return ReasonHostNetwork
 	case slices.Contains(c.ExcludedNamespaces, pod.Namespace):
 		return ReasonExcludedNS
-	case p.isZtunnel(pod.Namespace, labels):
+	case isZtunnel(c, pod.Namespace, labels):
 		return ReasonZtunnel
 	case pod.RuntimeHandler != "" && slices.Contains(c.DeniedRuntimeHandlers, pod.RuntimeHandler):
 		return ReasonRuntimeHandler
@@ -193,11 +226,12 @@ func (p *Policy) ineligible(pod *enroll.Pod, info enroll.PodInfo) string {
 // leaves the setting to the node's default; an unparsable one too, with a
 // warning naming it.
 func (p *Policy) PodSettings(pod *enroll.Pod, info enroll.PodInfo) (enroll.SettingsOverride, []string) {
+	c := p.cfg.Load()
 	_, annotations := info.Metadata(pod)
 	var o enroll.SettingsOverride
 	var warnings []string
-	o.DNSCapture = boolAnnotation(annotations, p.cfg.DNSCaptureAnnotation, &warnings)
-	o.BypassInbound = boolAnnotation(annotations, p.cfg.BypassInboundAnnotation, &warnings)
+	o.DNSCapture = boolAnnotation(annotations, c.DNSCaptureAnnotation, &warnings)
+	o.BypassInbound = boolAnnotation(annotations, c.BypassInboundAnnotation, &warnings)
 	return o, warnings
 }
 
@@ -216,11 +250,11 @@ func boolAnnotation(annotations map[string]string, key string, warnings *[]strin
 	return &b
 }
 
-func (p *Policy) isZtunnel(namespace string, labels map[string]string) bool {
-	if namespace != p.cfg.ZtunnelNamespace {
+func isZtunnel(c *Config, namespace string, labels map[string]string) bool {
+	if namespace != c.ZtunnelNamespace {
 		return false
 	}
-	for k, v := range p.cfg.ZtunnelLabels {
+	for k, v := range c.ZtunnelLabels {
 		if labels[k] != v {
 			return false
 		}

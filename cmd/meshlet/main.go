@@ -129,13 +129,12 @@ func lookupIn(environ []string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 }
 
-// addLogFlags exposes klog's verbosity flags (-v, -vmodule) only: meshlet
-// logs to stderr, where the container runtime collects it.
+// addLogFlags exposes klog's -vmodule only (-v is a node setting, in
+// agent.Config): meshlet logs to stderr, where the container runtime
+// collects it.
 func addLogFlags(fs *flag.FlagSet) {
 	all := flag.NewFlagSet("klog", flag.ContinueOnError)
 	klog.InitFlags(all)
-	for _, name := range []string{"v", "vmodule"} {
-		f := all.Lookup(name)
-		fs.Var(f.Value, f.Name, f.Usage)
-	}
+	f := all.Lookup("vmodule")
+	fs.Var(f.Value, f.Name, f.Usage)
 }

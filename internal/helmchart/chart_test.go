@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meshlet/meshlet/agent"
+	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/internal/helmchart"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
@@ -198,12 +200,12 @@ config: {kubeconfig: /etc/meshlet/kubeconfig}
 `
 	for _, p := range helmchart.Profiles {
 		objs := render(t, "--set", "profile="+p)
-		want := []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		want := []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Errorf("profile %s: kinds %v, want %v", p, got, want)
 		}
 		objs = renderValues(t, everything, "--set", "profile="+p)
-		want = []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass", "Namespace", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "Namespace", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Errorf("profile %s, every option: kinds %v, want %v", p, got, want)
 		}
@@ -285,13 +287,12 @@ func TestChartValuesRefused(t *testing.T) {
 	render(t, "--set", "config.mode=null") // a later values file may unset a flag
 }
 
-// daemonFlags is every flag of cmd/meshlet: the agent's and klog's -v and
-// -vmodule (cmd/meshlet's addLogFlags).
+// daemonFlags is every flag of cmd/meshlet: the agent's (-v among them)
+// and klog's -vmodule (cmd/meshlet's addLogFlags).
 func daemonFlags() (*flag.FlagSet, *agent.Config) {
 	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
 	cfg := agent.DefaultConfig()
 	cfg.AddFlags(fs)
-	fs.String("v", "0", "log verbosity")
 	fs.String("vmodule", "", "per-file log verbosity")
 	return fs, &cfg
 }
@@ -675,7 +676,7 @@ func ruleFor(role *rbacv1.ClusterRole, resource string) *rbacv1.PolicyRule {
 // and --dra; dra.driverName is the driver everywhere it appears.
 func TestChartDRA(t *testing.T) {
 	objs := render(t, "--set", "dra.enabled=false")
-	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"}; !slices.Equal(got, want) {
+	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}; !slices.Equal(got, want) {
 		t.Errorf("dra.enabled=false: kinds %v, want %v", got, want)
 	}
 	role := only[*rbacv1.ClusterRole](t, objs)
@@ -854,4 +855,62 @@ func TestSocketDirsMountedOnce(t *testing.T) {
 			t.Fatalf("%s mounted %d times", path, n)
 		}
 	}
+}
+
+// TestChartNodeSettings: the chart's NodeSettings ConfigMap holds a
+// document meshlet accepts; meshlet reads it first, then the extra ones
+// (MESHLET_CONFIG_MAP), and may read exactly those (RBAC resourceNames);
+// without any, none of it is rendered.
+func TestChartNodeSettings(t *testing.T) {
+	objs := renderValues(t, `
+nodeSettings:
+  settings:
+    dnsCapture: false
+    excludedNamespaces: [kube-system, batch]
+    enrollTimeout: 900ms
+    enablementSelectors:
+    - podSelector: {matchLabels: {team: payments}}
+  extraConfigMaps: [platform/mesh-overrides]
+`)
+	cm := only[*corev1.ConfigMap](t, objs)
+	if cm.Name != "meshlet-settings" || cm.Namespace != "meshlet-system" {
+		t.Fatalf("ConfigMap %s/%s, want meshlet-system/meshlet-settings", cm.Namespace, cm.Name)
+	}
+	keys := slices.Sorted(maps.Keys(cm.Data))
+	doc, err := nodesettings.Decode(cm.Data, keys)
+	if err != nil {
+		t.Fatalf("the chart's document: %v\n%s", err, cm.Data[nodesettings.DataKey])
+	}
+	if got := doc.Settings(); !slices.Equal(got, []string{"dnsCapture", "enablementSelectors", "enrollTimeout", "excludedNamespaces"}) {
+		t.Errorf("the chart's document gives %v", got)
+	}
+	ds := only[*appsv1.DaemonSet](t, objs)
+	if got := envValue(ds, "MESHLET_CONFIG_MAP"); got != "meshlet-system/meshlet-settings,platform/mesh-overrides" {
+		t.Errorf("MESHLET_CONFIG_MAP=%q", got)
+	}
+	rule := ruleFor(only[*rbacv1.ClusterRole](t, objs), "configmaps")
+	if rule == nil || !slices.Equal(rule.ResourceNames, []string{"meshlet-settings", "mesh-overrides"}) ||
+		!slices.Equal(rule.Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("configmaps rule %+v, want get/list/watch on the two names", rule)
+	}
+
+	objs = render(t, "--set", "nodeSettings.create=false")
+	if slices.Contains(kinds(objs), "ConfigMap") || envValue(only[*appsv1.DaemonSet](t, objs), "MESHLET_CONFIG_MAP") != "" ||
+		ruleFor(only[*rbacv1.ClusterRole](t, objs), "configmaps") != nil {
+		t.Error("nodeSettings.create=false, no extra ConfigMaps: want no ConfigMap, no MESHLET_CONFIG_MAP and no configmaps rule")
+	}
+	if _, err := helm(t).Template(context.Background(), "--set", "nodeSettings.settings.dnsCaptur=false"); err == nil || !strings.Contains(err.Error(), "dnsCaptur") {
+		t.Errorf("a misspelt setting: %v, want the schema to refuse it by name", err)
+	}
+}
+
+// envValue is the value of the DaemonSet's meshlet container's variable
+// name ("" when unset).
+func envValue(ds *appsv1.DaemonSet, name string) string {
+	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
 }

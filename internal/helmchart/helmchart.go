@@ -101,7 +101,7 @@ func Files() []File {
 	fs := []File{
 		{"deploy/00-namespace.yaml", []string{"--set", "namespace.create=true", "--show-only", "templates/namespace.yaml"}},
 		{"deploy/rbac.yaml", []string{"--show-only", "templates/rbac.yaml"}},
-		{"deploy/meshlet.yaml", []string{"--show-only", "templates/daemonset.yaml"}},
+		{"deploy/meshlet.yaml", []string{"--show-only", "templates/settings.yaml", "--show-only", "templates/daemonset.yaml"}},
 		{"deploy/dra.yaml", []string{"--show-only", "templates/dra.yaml"}},
 	}
 	for _, p := range Profiles {

@@ -129,6 +129,7 @@ gate: dra.gate
 cdi-spec-dir: paths.cdiSpecDir
 gate-hook-dir: paths.gateHookDir
 gate-socket: paths.gateSocket
+config-map: nodeSettings (create, extraConfigMaps)
 {{- end -}}
 
 {{/*
@@ -182,4 +183,20 @@ one directory (and Kubernetes refuses two mounts at one path).
 {{- end -}}
 {{- end -}}
 {{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+meshlet.settingsConfigMaps: the ConfigMaps meshlet reads its node settings
+from (--config-map), as a YAML list of NAMESPACE/NAME: the chart's own
+first (nodeSettings.create), then nodeSettings.extraConfigMaps.
+*/}}
+{{- define "meshlet.settingsConfigMaps" -}}
+{{- $refs := list -}}
+{{- if .Values.nodeSettings.create -}}
+{{- $refs = append $refs (printf "%s/%s-settings" .Release.Namespace (include "meshlet.fullname" .)) -}}
+{{- end -}}
+{{- range .Values.nodeSettings.extraConfigMaps -}}
+{{- $refs = append $refs . -}}
+{{- end -}}
+{{- toYaml $refs -}}
 {{- end -}}

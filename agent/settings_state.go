@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/meshlet/meshlet/agent/nodesettings"
+	"github.com/meshlet/meshlet/internal/atomicfile"
+	"github.com/meshlet/meshlet/internal/strictjson"
+)
+
+// settingsStateFile, in --state-dir, holds each --config-map's last good
+// NodeSettings document: a restarted meshlet applies them until it reads
+// the ConfigMaps again, and keeps them for a ConfigMap whose document has
+// since become invalid.
+const (
+	settingsStateFile    = "node-settings.json"
+	settingsStateVersion = 1
+)
+
+type settingsState struct {
+	Version int `json:"version"`
+	// Documents are keyed by NAMESPACE/NAME.
+	Documents map[string]*nodesettings.Document `json:"documents"`
+}
+
+// loadSettingsState returns the saved documents; none when there is no
+// file. A file that cannot be used is an error (and no documents).
+func loadSettingsState(dir string) (map[string]*nodesettings.Document, error) {
+	path := filepath.Join(dir, settingsStateFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st settingsState
+	if err := strictjson.Decode(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if st.Version != settingsStateVersion {
+		return nil, fmt.Errorf("%s: version %d, want %d", path, st.Version, settingsStateVersion)
+	}
+	for ref, d := range st.Documents {
+		if d == nil {
+			return nil, fmt.Errorf("%s: documents[%s]: null", path, ref)
+		}
+		if err := d.Validate().ToAggregate(); err != nil {
+			return nil, fmt.Errorf("%s: documents[%s]: %w", path, ref, err)
+		}
+	}
+	return st.Documents, nil
+}
+
+// saveSettingsState writes the sources' last good documents (temporary
+// file, then rename).
+func saveSettingsState(dir string, sources []*settingsSource) error {
+	st := settingsState{Version: settingsStateVersion, Documents: map[string]*nodesettings.Document{}}
+	for _, src := range sources {
+		if src.good != nil {
+			st.Documents[src.ref.String()] = src.good
+		}
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.Write(dir, settingsStateFile, append(b, '\n'), 0o600)
+}

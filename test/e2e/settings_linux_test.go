@@ -1,0 +1,155 @@
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meshlet/meshlet/internal/privtest"
+	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/kube/kubeenv"
+)
+
+// TestNodeSettingsFromConfigMaps: with a real kube-apiserver, meshlet
+// reads two NodeSettings ConfigMaps merged in order (the later wins), and
+// applies a change while it runs: the DNS capture default changed
+// re-programs a running pod. A document that cannot be used keeps the
+// last good one (a pod started after it gets the last good settings, not
+// the flags'), with an event on the ConfigMap, meshlet_settings_valid 0
+// and /readyz naming it.
+func TestNodeSettingsFromConfigMaps(t *testing.T) {
+	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Stop()
+	c, err := kubernetes.NewForConfig(k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, ns := range []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "meshlet"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: ambient}},
+	} {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CoreV1().ServiceAccounts("shop").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const header = "apiVersion: meshlet.dev/v1alpha1\nkind: NodeSettings\n"
+	settings := func(name, doc string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "meshlet"}, Data: map[string]string{"settings.yaml": header + doc}}
+	}
+	cms := c.CoreV1().ConfigMaps("meshlet")
+	// The flags say DNS capture on (the default); base says off; the
+	// override, later, says on again.
+	if _, err := cms.Create(ctx, settings("base", "dnsCapture: false\n"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	override, err := cms.Create(ctx, settings("override", "dnsCapture: true\nlogVerbosity: 3\n"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := k.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := startMesh(t, "--kubeconfig="+kubeconfig, "--dra=false", "--config-map=meshlet/base", "--config-map=meshlet/override")
+
+	first := runAPIPod(t, c, "shop", "cart")
+	waitDNSRedirect(t, first, true, "the override's dnsCapture: true wins over the base's false")
+
+	// The override no longer says: the base's false applies, and the
+	// running pod is re-programmed.
+	override.Data["settings.yaml"] = header + "logVerbosity: 3\n"
+	if _, err := cms.Update(ctx, override, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitDNSRedirect(t, first, false, "the base's dnsCapture: false, once the override leaves it")
+
+	// An invalid base: its last good document (dnsCapture: false) stays.
+	base, err := cms.Get(ctx, "base", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base.Data["settings.yaml"] = header + "dnsCapture: maybe\n"
+	if _, err := cms.Update(ctx, base, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForf(t, func() (bool, string) {
+		_, page, err := m.meshlet.Get("http://127.0.0.1:9881/metrics")
+		if err != nil {
+			return false, err.Error()
+		}
+		v, ok := metricValue(page, `meshlet_settings_valid{configmap="meshlet/base"}`)
+		return ok && v == 0, ""
+	}, func() string { return `meshlet_settings_valid{configmap="meshlet/base"} 0` })
+	waitForf(t, func() (bool, string) {
+		evs, err := c.CoreV1().Events("meshlet").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=base,involvedObject.kind=ConfigMap"})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "InvalidNodeSettings" && strings.Contains(e.Message, "dnsCapture") && strings.Contains(e.Message, "last good") {
+				return true, ""
+			}
+		}
+		return false, ""
+	}, func() string { return "an InvalidNodeSettings event on ConfigMap meshlet/base naming dnsCapture" })
+	if code, body, err := m.meshlet.Get(m.meshlet.HealthURL + "/readyz"); err != nil || code != 200 || !strings.Contains(body, "meshlet/base") {
+		t.Fatalf("/readyz with an invalid document: %d %q %v; want ready, naming meshlet/base", code, body, err)
+	}
+	second := runAPIPod(t, c, "shop", "checkout")
+	waitDNSRedirect(t, second, false, "a pod started after the invalid document gets the last good settings (dnsCapture: false), not the flags' (true)")
+}
+
+// runAPIPod creates a pod object and the sandbox kubelet would create for
+// it (in a namespace that selects the mesh), and waits for its enrollment.
+func runAPIPod(t *testing.T, c kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: env.NodeName, AutomountServiceAccountToken: new(bool),
+			Containers: []corev1.Container{{Name: "app", Image: env.Image}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := theEnv(t).RunPod(env.PodSpec{Name: name, Namespace: ns, UID: string(p.UID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = theEnv(t).RemovePod(id) })
+	info, err := theEnv(t).InspectPod(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.NetnsPath
+}
+
+// waitDNSRedirect waits until the pod's in-pod rules redirect its DNS to
+// ztunnel (or do not).
+func waitDNSRedirect(t *testing.T, netnsPath string, want bool, why string) {
+	t.Helper()
+	var rules string
+	waitForf(t, func() (bool, string) {
+		out, err := exec.Command("nsenter", "--net="+netnsPath, "nft", "list", "table", "inet", "meshlet").CombinedOutput()
+		rules = string(out)
+		if err != nil {
+			return false, err.Error()
+		}
+		return strings.Contains(rules, "redirect to :15053") == want, ""
+	}, func() string {
+		return "DNS redirected = " + map[bool]string{true: "true", false: "false"}[want] + " (" + why + "); rules:\n" + rules
+	})
+}
