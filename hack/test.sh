@@ -47,6 +47,17 @@ stamp() {
   printf 'hack/test.sh: %dm%02ds: %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*" >&2
 }
 
+# Go's compiler collects garbage less often: GOGC=400 takes 10% less CPU
+# (a cold go build of client-go on 2 cores: 277 -> 249 CPU-seconds, at
+# about 1 GB of memory) and a cold run is CPU-bound throughout. The tests'
+# binaries, and what they start, run with Go's default (go test -exec).
+# A GOGC of the caller's own is left alone.
+exec_flags=()
+if [ -z "${GOGC:-}" ]; then
+  export GOGC=400
+  exec_flags=(-exec "env -u GOGC")
+fi
+
 failed=()
 pkgs=$("$GO" list ./...) || exit 1
 mapfile -t rest < <(grep -vx "$E2E" <<<"$pkgs")
@@ -114,13 +125,13 @@ set -m
 builds=$!
 set +m
 
-"$GO" test "$@" -run "$RUNTIME_TESTS" "$E2E" || failed+=("the end-to-end tests on containerd alone")
+"$GO" test "${exec_flags[@]}" "$@" -run "$RUNTIME_TESTS" "$E2E" || failed+=("the end-to-end tests on containerd alone")
 stamp "the end-to-end tests on containerd alone done"
 
 set -m
 if await MESHLET_KUBE_BIN; then
   stamp "the control plane installed"
-  "$GO" test "$@" -skip "$RUNTIME_TESTS|$MATRIX_TESTS" "$E2E" &
+  "$GO" test "${exec_flags[@]}" "$@" -skip "$RUNTIME_TESTS|$MATRIX_TESTS" "$E2E" &
   e2e=$!
 else
   failed+=("building the control plane, the kubelet, helm or the CNI plugins (the output is above): the end-to-end tests on the cluster did not run")
@@ -130,13 +141,13 @@ fi
     await "$var" || echo "building $var (the output is above): its runtime's tests fail, naming it" >>"$state/failed"
   done
   stamp "CRI-O and containerd 1.7 installed"
-  "$GO" test "$@" -run "$MATRIX_TESTS" "$E2E" || echo "the end-to-end tests on every runtime" >>"$state/failed"
+  "$GO" test "${exec_flags[@]}" "$@" -run "$MATRIX_TESTS" "$E2E" || echo "the end-to-end tests on every runtime" >>"$state/failed"
   stamp "the end-to-end tests on every runtime done"
 ) &
 matrix=$!
 set +m
 
-"$GO" test "$@" "${rest[@]}" || failed+=("the other packages")
+"$GO" test "${exec_flags[@]}" "$@" "${rest[@]}" || failed+=("the other packages")
 stamp "the other packages done"
 if [ -n "$e2e" ]; then
   wait "$e2e" || failed+=("the end-to-end tests on the cluster")
