@@ -20,16 +20,7 @@ import (
 // account, selected by its namespace's label, and the pod's status says
 // ambient.istio.io/redirection=enabled.
 func TestPodWithAPIServer(t *testing.T) {
-	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
-	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
-	c, err := kubernetes.NewForConfig(k.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, kubeconfig := apiServer(t)
 	ctx := context.Background()
 	ns := "bookinfo"
 	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: ambient}}, metav1.CreateOptions{}); err != nil {
@@ -45,10 +36,6 @@ func TestPodWithAPIServer(t *testing.T) {
 		Spec: corev1.PodSpec{NodeName: env.NodeName, ServiceAccountName: "bookinfo-reviews", AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{Name: "app", Image: env.Image}}},
 	}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := k.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,4 +64,26 @@ func TestPodWithAPIServer(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// apiServer starts a real etcd and kube-apiserver in the shared
+// environment's netns, where meshlet reaches them, until the test ends.
+// It returns an admin client and the kubeconfig file meshlet is given.
+func apiServer(t *testing.T) (kubernetes.Interface, string) {
+	t.Helper()
+	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop)
+	c, err := kubernetes.NewForConfig(k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := k.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, kubeconfig
 }

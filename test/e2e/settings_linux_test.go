@@ -10,9 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
 
 // TestNodeSettingsFromConfigMaps: with a real kube-apiserver, meshlet
@@ -23,16 +21,7 @@ import (
 // the flags'), with an event on the ConfigMap, meshlet_settings_valid 0
 // and /readyz naming it.
 func TestNodeSettingsFromConfigMaps(t *testing.T) {
-	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
-	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Stop()
-	c, err := kubernetes.NewForConfig(k.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, kubeconfig := apiServer(t)
 	ctx := context.Background()
 	for _, ns := range []*corev1.Namespace{
 		{ObjectMeta: metav1.ObjectMeta{Name: "meshlet"}},
@@ -56,10 +45,6 @@ func TestNodeSettingsFromConfigMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	override, err := cms.Create(ctx, settings("override", "dnsCapture: true\nlogVerbosity: 3\n"), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := k.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}
