@@ -30,7 +30,9 @@ func (a *apiClients) watchSettings(ctx context.Context, refs []kube.ObjectRef, s
 	if len(refs) == 0 {
 		return
 	}
-	a.observe = func(ctx context.Context, i int) { s.Observe(ctx, i, a.settings.Get(i)) }
+	a.observe = func(ctx context.Context, i int) {
+		s.Observe(ctx, i, func() *kube.ConfigMap { return a.settings.Get(i) })
+	}
 	a.settings = kube.WatchConfigMaps(a.client, refs, func(i int) { a.observe(ctx, i) })
 }
 

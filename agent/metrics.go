@@ -185,15 +185,16 @@ func registerDRAMetrics(reg prometheus.Registerer, driver *draplugin.Driver, cla
 
 // settingsValidMetric registers meshlet_settings_valid, one series per
 // --config-map: 1 while its document is in use (or the ConfigMap does not
-// exist, giving nothing), 0 while its document cannot be used and its last
-// good one applies. It returns the function that sets it.
+// exist, giving nothing), 0 while its document cannot be used or it has
+// not been read (the API server has not answered, or RBAC forbids it). It
+// returns the function that sets it.
 func settingsValidMetric(reg prometheus.Registerer, refs []kube.ObjectRef) func(kube.ObjectRef, bool) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshlet_settings_valid",
-		Help: "Whether the node settings document of each --config-map ConfigMap is in use (1), or cannot be used and its last good one applies (0)."},
+		Help: "Whether the node settings document of each --config-map ConfigMap is in use (1), or cannot be used or has not been read (0)."},
 		[]string{"configmap"})
 	reg.MustRegister(g)
 	for _, ref := range refs {
-		g.WithLabelValues(ref.String()).Set(1)
+		g.WithLabelValues(ref.String()).Set(0)
 	}
 	return func(ref kube.ObjectRef, ok bool) {
 		v := 0.0

@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -45,14 +44,12 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The node settings, until the ConfigMaps are read: the flags' with the
 	// last good documents of the ConfigMaps saved in --state-dir.
-	live := newNodeSettings(cfg, logger)
-	sv := live.Values()
-	if sv.LogVerbosity != cfg.LogVerbosity {
-		if err := setLogVerbosity(sv.LogVerbosity); err != nil {
-			return err
-		}
+	live := newNodeSettings(ctx, cfg)
+	initial := live.Values()
+	if err := setLogVerbosity(initial.LogVerbosity); err != nil {
+		return err
 	}
-	polCfg, err := policyConfig(cfg.Policy, sv)
+	polCfg, err := policyConfig(cfg.Policy, initial)
 	if err != nil {
 		return err
 	}
@@ -61,9 +58,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	var enrollTimeout atomic.Int64
-	enrollTimeout.Store(int64(sv.EnrollTimeout))
+	enrollTimeout.Store(int64(initial.EnrollTimeout))
 	podDefaults := cfg.PodDefaults
-	podDefaults.DNSCapture = sv.DNSCapture
+	podDefaults.DNSCapture = initial.DNSCapture
 	// Each component gets a lifetime of its own, so shutdown can be ordered;
 	// a component that fails cancels the root with its error as the cause.
 	root, fail := context.WithCancelCause(ctx)
@@ -90,9 +87,7 @@ func Run(ctx context.Context, cfg Config) error {
 		defer api.events.Shutdown()
 		resolver, status = api.watcher, api.status
 		api.watchSettings(ctx, cfg.ConfigMaps, live)
-		live.invalid = func(ref kube.ObjectRef, uid types.UID, err error) {
-			api.events.InvalidSettings(ref, uid, cfg.NodeName, err)
-		}
+		live.invalid = api.events.InvalidSettings
 	}
 	// Per-pod settings, highest precedence first: the pod's mesh claims,
 	// its annotations, then (in the core) the node's defaults. A claim also
@@ -198,7 +193,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	live.apply = func(ctx context.Context, v nodesettings.Values, _ []string) {
+	live.apply = func(ctx context.Context, v nodesettings.Values) {
 		applySettings(ctx, v, cfg, pol, core, &enrollTimeout)
 		if api != nil {
 			// Through the label changes' path: debounced, after sync.

@@ -32,8 +32,8 @@ const (
 	sourceInvalid = "invalid"
 )
 
-// settingsSource is one --config-map.
-type settingsSource struct {
+// configMapSource is one --config-map: where its document stands.
+type configMapSource struct {
 	ref   kube.ObjectRef
 	state string
 	// resourceVersion is the ConfigMap's version last read.
@@ -51,17 +51,16 @@ type settingsSource struct {
 type nodeSettings struct {
 	flags    nodesettings.Values
 	stateDir string
-	node     string
 
-	// apply puts new settings into effect; changes lists what changed.
-	apply func(ctx context.Context, v nodesettings.Values, changes []string)
+	// apply puts new settings into effect.
+	apply func(ctx context.Context, v nodesettings.Values)
 	// invalid reports a document that cannot be used (an event on the
-	// ConfigMap); valid (the metric) is told about every read.
+	// ConfigMap); valid (the metric) is told where each source stands.
 	invalid func(ref kube.ObjectRef, uid types.UID, err error)
 	valid   func(ref kube.ObjectRef, ok bool)
 
 	mu        sync.Mutex
-	sources   []*settingsSource
+	sources   []*configMapSource
 	effective nodesettings.Values
 }
 
@@ -78,22 +77,30 @@ func flagValues(cfg Config) nodesettings.Values {
 }
 
 // newNodeSettings starts from the flags and the last good documents
-// --state-dir holds for the ConfigMaps cfg names.
-func newNodeSettings(cfg Config, logger klog.Logger) *nodeSettings {
-	s := &nodeSettings{flags: flagValues(cfg), stateDir: cfg.StateDir, node: cfg.NodeName,
-		apply:   func(context.Context, nodesettings.Values, []string) {},
+// --state-dir holds for the ConfigMaps cfg names (a saved document of a
+// ConfigMap no longer named is dropped at the next save).
+func newNodeSettings(ctx context.Context, cfg Config) *nodeSettings {
+	logger := klog.FromContext(ctx)
+	s := &nodeSettings{flags: flagValues(cfg), stateDir: cfg.StateDir,
+		apply:   func(context.Context, nodesettings.Values) {},
 		invalid: func(kube.ObjectRef, types.UID, error) {}, valid: func(kube.ObjectRef, bool) {}}
 	saved, err := loadSettingsState(cfg.StateDir)
 	if err != nil {
 		logger.Error(err, "Ignoring the saved node settings: until the API server answers, the flags' settings apply")
 	}
 	for _, ref := range cfg.ConfigMaps {
-		src := &settingsSource{ref: ref, state: sourcePending, good: saved[ref.String()]}
+		src := &configMapSource{ref: ref, state: sourcePending, good: saved[ref.String()]}
 		s.sources = append(s.sources, src)
 	}
 	s.effective = s.merge()
 	if len(s.sources) > 0 {
-		logger.Info("Node settings", "configMaps", cfg.ConfigMaps, "fromSavedDocuments", len(saved), "settings", s.effective)
+		fromSaved := 0
+		for _, src := range s.sources {
+			if src.good != nil {
+				fromSaved++
+			}
+		}
+		logger.Info("Node settings until the ConfigMaps are read", "configMaps", cfg.ConfigMaps, "savedDocuments", fromSaved, "settings", s.effective)
 	}
 	return s
 }
@@ -113,13 +120,17 @@ func (s *nodeSettings) merge() nodesettings.Values {
 	return nodesettings.Merge(s.flags, docs...)
 }
 
-// Observe reads source i's ConfigMap as it is now (cm nil: it does not
-// exist) and, if the effective settings change, applies them.
-func (s *nodeSettings) Observe(ctx context.Context, i int, cm *kube.ConfigMap) {
+// Observe reads source i's ConfigMap as it is now (read returns nil when
+// it does not exist) and, if the effective settings change, applies them.
+// It reads under the lock: of two callers (an informer's event, the read
+// after the first sync), the later always sees the newer ConfigMap.
+func (s *nodeSettings) Observe(ctx context.Context, i int, read func() *kube.ConfigMap) {
 	logger := klog.FromContext(ctx)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	src := s.sources[i]
+	cm := read()
+	good := src.good
 	switch {
 	case cm == nil:
 		if src.state != sourceAbsent {
@@ -135,8 +146,8 @@ func (s *nodeSettings) Observe(ctx context.Context, i int, cm *kube.ConfigMap) {
 		if err != nil {
 			err = fmt.Errorf("ConfigMap %s (resourceVersion %s): %w", src.ref, cm.ResourceVersion, err)
 			src.state, src.err = sourceInvalid, err
-			logger.Error(err, "Node settings document cannot be used; keeping its last good one", "configMap", src.ref, "lastGood", src.good != nil)
-			s.invalid(src.ref, cm.UID, err)
+			logger.Error(err, "Node settings document cannot be used; "+src.keeps(), "configMap", src.ref)
+			s.invalid(src.ref, cm.UID, fmt.Errorf("%w; %s", err, src.keeps()))
 			s.valid(src.ref, false)
 		} else {
 			src.state, src.err, src.good = sourceApplied, nil, doc
@@ -144,8 +155,10 @@ func (s *nodeSettings) Observe(ctx context.Context, i int, cm *kube.ConfigMap) {
 			s.valid(src.ref, true)
 		}
 	}
-	if err := saveSettingsState(s.stateDir, s.sources); err != nil {
-		logger.Error(err, "Saving the node settings' last good documents; a restart before the API server answers uses older ones")
+	if src.good != good {
+		if err := saveSettingsState(s.stateDir, s.sources); err != nil {
+			logger.Error(err, "Saving the node settings' last good documents; a restart before the API server answers uses older ones")
+		}
 	}
 	v := s.merge()
 	changes := nodesettings.Diff(s.effective, v)
@@ -154,20 +167,41 @@ func (s *nodeSettings) Observe(ctx context.Context, i int, cm *kube.ConfigMap) {
 	}
 	logger.Info("Node settings changed", "configMap", src.ref, "changes", changes)
 	s.effective = v
-	s.apply(ctx, v.Clone(), changes)
+	s.apply(ctx, v.Clone())
 }
 
-// problems lists the sources whose document cannot be used, for /readyz.
+// keeps says what applies in place of a source's document that cannot be
+// used.
+func (src *configMapSource) keeps() string {
+	if src.good != nil {
+		return "its last good document applies"
+	}
+	return "it gives nothing (no earlier document of it could be used)"
+}
+
+// problems lists, for /readyz, the sources whose document cannot be used
+// and those not read yet (the API server has not answered, or meshlet may
+// not read the ConfigMap: RBAC).
 func (s *nodeSettings) problems() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
 	for _, src := range s.sources {
-		if src.state == sourceInvalid {
-			out = append(out, fmt.Sprintf("node settings: %v (its last good document applies)", src.err))
+		switch src.state {
+		case sourceInvalid:
+			out = append(out, fmt.Sprintf("node settings: %v (%s)", src.err, src.keeps()))
+		case sourcePending:
+			out = append(out, fmt.Sprintf("node settings: ConfigMap %s not read yet (%s)", src.ref, src.pendingKeeps()))
 		}
 	}
 	return out
+}
+
+func (src *configMapSource) pendingKeeps() string {
+	if src.good != nil {
+		return "its document saved in --state-dir applies"
+	}
+	return "it gives nothing until it is read"
 }
 
 // debugSettings is /debug/settings: the effective settings, the flags'
@@ -260,6 +294,8 @@ func (l logVerbosity) String() string {
 	return strconv.Itoa(*l.dst)
 }
 
+// Set also sets klog's verbosity at once, for what logs before Run (the
+// commands, start-up checks); Run sets it again from the node settings.
 func (l logVerbosity) Set(v string) error {
 	n, err := strconv.Atoi(v)
 	if err != nil {

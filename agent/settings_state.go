@@ -37,7 +37,7 @@ func loadSettingsState(dir string) (map[string]*nodesettings.Document, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	var st settingsState
 	if err := strictjson.Decode(b, &st); err != nil {
@@ -59,7 +59,7 @@ func loadSettingsState(dir string) (map[string]*nodesettings.Document, error) {
 
 // saveSettingsState writes the sources' last good documents (temporary
 // file, then rename).
-func saveSettingsState(dir string, sources []*settingsSource) error {
+func saveSettingsState(dir string, sources []*configMapSource) error {
 	st := settingsState{Version: settingsStateVersion, Documents: map[string]*nodesettings.Document{}}
 	for _, src := range sources {
 		if src.good != nil {
@@ -68,7 +68,10 @@ func saveSettingsState(dir string, sources []*settingsSource) error {
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return err
+		return fmt.Errorf("encode %s: %w", settingsStateFile, err)
 	}
-	return atomicfile.Write(dir, settingsStateFile, append(b, '\n'), 0o600)
+	if err := atomicfile.Write(dir, settingsStateFile, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, settingsStateFile), err)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -32,11 +33,13 @@ func newSettingsUnderTest(t *testing.T, stateDir string, refs ...kube.ObjectRef)
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.StateDir, cfg.NodeName, cfg.ConfigMaps = stateDir, "node-a", refs
-	s := newNodeSettings(cfg, klog.Background())
+	s := newNodeSettings(klog.NewContext(context.Background(), klog.Background()), cfg)
 	p := &settingsProbe{valid: map[string]bool{}}
-	s.apply = func(_ context.Context, v nodesettings.Values, changes []string) {
+	prev := s.Values()
+	s.apply = func(_ context.Context, v nodesettings.Values) {
 		p.applied = append(p.applied, v)
-		p.changes = append(p.changes, changes)
+		p.changes = append(p.changes, nodesettings.Diff(prev, v))
+		prev = v
 	}
 	s.invalid = func(ref kube.ObjectRef, _ types.UID, err error) {
 		p.invalid = append(p.invalid, ref.String()+": "+err.Error())
@@ -44,6 +47,9 @@ func newSettingsUnderTest(t *testing.T, stateDir string, refs ...kube.ObjectRef)
 	s.valid = func(ref kube.ObjectRef, ok bool) { p.valid[ref.String()] = ok }
 	return s, p
 }
+
+// is reads cm, as a ConfigMapWatch's Get would.
+func is(cm *kube.ConfigMap) func() *kube.ConfigMap { return func() *kube.ConfigMap { return cm } }
 
 var (
 	baseRef     = kube.ObjectRef{Namespace: "meshlet", Name: "base"}
@@ -56,8 +62,8 @@ func TestNodeSettingsMergeInOrderAndApplyChanges(t *testing.T) {
 	if !s.Values().DNSCapture {
 		t.Fatal("before any ConfigMap: want the flags' dnsCapture (true)")
 	}
-	s.Observe(ctx, 0, settingsConfigMap("1", "dnsCapture: false\nexcludedNamespaces: [kube-system, batch]\n"))
-	s.Observe(ctx, 1, settingsConfigMap("7", "dnsCapture: true\n"))
+	s.Observe(ctx, 0, is(settingsConfigMap("1", "dnsCapture: false\nexcludedNamespaces: [kube-system, batch]\n")))
+	s.Observe(ctx, 1, is(settingsConfigMap("7", "dnsCapture: true\n")))
 	v := s.Values()
 	if !v.DNSCapture || !slices.Equal(v.ExcludedNamespaces, []string{"kube-system", "batch"}) {
 		t.Fatalf("merged: %+v; want the override's dnsCapture and the base's namespaces", v)
@@ -68,15 +74,20 @@ func TestNodeSettingsMergeInOrderAndApplyChanges(t *testing.T) {
 	}
 	// A resync (same resourceVersion) and an edit that changes nothing
 	// effective apply nothing.
-	s.Observe(ctx, 1, settingsConfigMap("7", "dnsCapture: true\n"))
-	s.Observe(ctx, 0, settingsConfigMap("2", "dnsCapture: true\nexcludedNamespaces: [kube-system, batch]\n"))
+	s.Observe(ctx, 1, is(settingsConfigMap("7", "dnsCapture: true\n")))
+	s.Observe(ctx, 0, is(settingsConfigMap("2", "dnsCapture: true\nexcludedNamespaces: [kube-system, batch]\n")))
 	if len(p.applied) != 2 {
 		t.Fatalf("applied again without a change: %q", p.changes)
 	}
-	// Deleting the override leaves the base's.
-	s.Observe(ctx, 1, nil)
-	if v := s.Values(); !v.DNSCapture {
-		t.Fatalf("override deleted: %+v, want the base's dnsCapture (now true)", v)
+	// The override alone lowers the enroll timeout; deleted, the flags'
+	// applies again, and the base's settings stay.
+	s.Observe(ctx, 1, is(settingsConfigMap("8", "dnsCapture: true\nenrollTimeout: 700ms\n")))
+	if v := s.Values(); v.EnrollTimeout != nodesettings.Duration(700*time.Millisecond) {
+		t.Fatalf("override's enrollTimeout not applied: %+v", v)
+	}
+	s.Observe(ctx, 1, is(nil))
+	if v := s.Values(); v.EnrollTimeout != nodesettings.Duration(DefaultConfig().NRI.EnrollTimeout) || !slices.Equal(v.ExcludedNamespaces, []string{"kube-system", "batch"}) {
+		t.Fatalf("override deleted: %+v, want the flags' enrollTimeout and the base's namespaces", v)
 	}
 	d := s.debug()
 	if d.Sources[0].State != sourceApplied || d.Sources[1].State != sourceAbsent || !slices.Equal(d.Sources[0].Gives, []string{"dnsCapture", "excludedNamespaces"}) {
@@ -88,8 +99,8 @@ func TestNodeSettingsKeepTheLastGoodDocument(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s, p := newSettingsUnderTest(t, dir, baseRef)
-	s.Observe(ctx, 0, settingsConfigMap("1", "dnsCapture: false\n"))
-	s.Observe(ctx, 0, settingsConfigMap("2", "dnsCapture: false\nenrollTimeout: 5s\n"))
+	s.Observe(ctx, 0, is(settingsConfigMap("1", "dnsCapture: false\n")))
+	s.Observe(ctx, 0, is(settingsConfigMap("2", "dnsCapture: false\nenrollTimeout: 5s\n")))
 	if v := s.Values(); v.DNSCapture || v.EnrollTimeout != nodesettings.Duration(DefaultConfig().NRI.EnrollTimeout) {
 		t.Fatalf("after an invalid document: %+v, want the last good one's", v)
 	}
@@ -99,6 +110,11 @@ func TestNodeSettingsKeepTheLastGoodDocument(t *testing.T) {
 	if w := s.problems(); len(w) != 1 || !strings.Contains(w[0], "meshlet/base") || !strings.Contains(w[0], "last good") {
 		t.Fatalf("problems: %q", w)
 	}
+	// The saved state holds the last good document, not the invalid one.
+	saved, err := loadSettingsState(dir)
+	if err != nil || saved["meshlet/base"] == nil || saved["meshlet/base"].EnrollTimeout != nil {
+		t.Fatalf("saved %+v, %v; want the last good document", saved, err)
+	}
 
 	// A restarted meshlet starts from the last good document, before it
 	// reads the ConfigMap, and keeps it while the document is invalid.
@@ -106,12 +122,12 @@ func TestNodeSettingsKeepTheLastGoodDocument(t *testing.T) {
 	if s2.Values().DNSCapture {
 		t.Fatal("restarted: want the saved document's dnsCapture (false) before the ConfigMap is read")
 	}
-	s2.Observe(ctx, 0, settingsConfigMap("2", "dnsCapture: false\nenrollTimeout: 5s\n"))
+	s2.Observe(ctx, 0, is(settingsConfigMap("2", "dnsCapture: false\nenrollTimeout: 5s\n")))
 	if s2.Values().DNSCapture || len(p2.invalid) != 1 {
 		t.Fatalf("restarted, invalid document: %+v, invalid %q", s2.Values(), p2.invalid)
 	}
 	// Fixed: valid again, problem gone.
-	s2.Observe(ctx, 0, settingsConfigMap("3", "dnsCapture: true\n"))
+	s2.Observe(ctx, 0, is(settingsConfigMap("3", "dnsCapture: true\n")))
 	if !s2.Values().DNSCapture || !p2.valid["meshlet/base"] || len(s2.problems()) != 0 {
 		t.Fatalf("fixed: %+v, valid %v, problems %q", s2.Values(), p2.valid, s2.problems())
 	}
@@ -119,12 +135,13 @@ func TestNodeSettingsKeepTheLastGoodDocument(t *testing.T) {
 
 func TestNodeSettingsStateFileRefused(t *testing.T) {
 	dir := t.TempDir()
+	const doc = `{"apiVersion": "meshlet.dev/v1alpha1", "kind": "NodeSettings", "dnsCapture": false}`
 	for _, bad := range []string{
-		`{"version": 2, "documents": {}}`,
-		`{"version": 1, "documents": {"meshlet/base": {"apiVersion": "meshlet.dev/v1alpha1", "kind": "NodeSettings", "logVerbosity": 99}}}`,
-		`{"version": 1, "version": 1, "documents": {}}`,
-		`{"version": 1, "documents": {"meshlet/base": null}}`,
-		`not json`,
+		`{"version": 2, "documents": {"meshlet/base": ` + doc + `}}`,
+		`{"version": 1, "documents": {"meshlet/base": {"apiVersion": "meshlet.dev/v1alpha1", "kind": "NodeSettings", "dnsCapture": false, "logVerbosity": 99}}}`,
+		`{"version": 1, "version": 1, "documents": {"meshlet/base": ` + doc + `}}`,
+		`{"version": 1, "documents": {"meshlet/base": ` + doc + `, "meshlet/other": null}}`,
+		`{"version": 1, "documents": {"meshlet/base": ` + doc + `}} trailing`,
 	} {
 		if err := os.WriteFile(filepath.Join(dir, settingsStateFile), []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
@@ -155,5 +172,23 @@ func TestConfigMapFlag(t *testing.T) {
 		if err := (configMapRefs{&refs}).Set(bad); err == nil {
 			t.Errorf("--config-map=%s accepted", bad)
 		}
+	}
+}
+
+// A ConfigMap whose first document cannot be used, with nothing saved,
+// gives nothing, and says so; one never read is a problem too.
+func TestNodeSettingsInvalidWithoutLastGood(t *testing.T) {
+	ctx := context.Background()
+	s, p := newSettingsUnderTest(t, t.TempDir(), baseRef, overrideRef)
+	if w := s.problems(); len(w) != 2 || !strings.Contains(w[0], "not read yet") {
+		t.Fatalf("before any read: problems %q, want both ConfigMaps not read yet", w)
+	}
+	s.Observe(ctx, 0, is(settingsConfigMap("1", "dnsCapture: maybe\n")))
+	s.Observe(ctx, 1, is(nil))
+	if w := s.problems(); len(w) != 1 || !strings.Contains(w[0], "gives nothing") || strings.Contains(w[0], "last good") {
+		t.Fatalf("problems %q", w)
+	}
+	if len(p.invalid) != 1 || !strings.Contains(p.invalid[0], "gives nothing") || len(p.applied) != 0 || !s.Values().DNSCapture {
+		t.Fatalf("invalid %q, applied %d, values %+v", p.invalid, len(p.applied), s.Values())
 	}
 }

@@ -62,7 +62,7 @@ func removeNodeState(logger klog.Logger, cfg Config, redir *redirect.Redirector)
 		logger.Error(err, "Removing meshlet's node-side rules")
 	}
 	var errs []error
-	for _, name := range []string{state.FileName, claimstore.FileName} {
+	for _, name := range []string{state.FileName, claimstore.FileName, settingsStateFile} {
 		if err := os.Remove(filepath.Join(cfg.StateDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -41,10 +41,9 @@ func (e *Events) EnrollFailed(pod enroll.PodRef, err error) {
 func (e *Events) Shutdown() { e.broadcaster.Shutdown() }
 
 // InvalidSettings records a warning on a ConfigMap of node settings that
-// meshlet could not use: why, and that the node keeps its last good
-// settings.
-func (e *Events) InvalidSettings(ref ObjectRef, uid types.UID, node string, err error) {
+// meshlet could not use: why, and what applies instead. Each node's
+// meshlet records its own (the event's source names the node).
+func (e *Events) InvalidSettings(ref ObjectRef, uid types.UID, err error) {
 	obj := &corev1.ObjectReference{Kind: "ConfigMap", APIVersion: "v1", Namespace: ref.Namespace, Name: ref.Name, UID: uid}
-	e.recorder.Eventf(obj, corev1.EventTypeWarning, "InvalidNodeSettings",
-		"meshlet on node %s keeps its last good settings: %v", node, err)
+	e.recorder.Eventf(obj, corev1.EventTypeWarning, "InvalidNodeSettings", "Node settings not applied: %v", err)
 }

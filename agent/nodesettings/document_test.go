@@ -89,7 +89,7 @@ func TestDecodeRefuses(t *testing.T) {
 // An empty list given is a setting (nothing excluded); null or absent is
 // none (the earlier value stays).
 func TestMergeOrderAndEmptyLists(t *testing.T) {
-	first, err := Decode(data(header + "excludedNamespaces: [a]\ndnsCapture: false\nlogVerbosity: 3\n"))
+	first, err := Decode(data(header + "excludedNamespaces: [a]\ndnsCapture: false\nlogVerbosity: 3\nenablementSelectors: [{podSelector: {matchLabels: {a: b}}}]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestMergeOrderAndEmptyLists(t *testing.T) {
 	}
 	flags := Values{ExcludedNamespaces: []string{"kube-system"}, DataplaneModeLabel: "l", EnrollTimeout: Duration(time.Second)}
 	got := Merge(flags, first, second)
-	if got.ExcludedNamespaces == nil || len(got.ExcludedNamespaces) != 0 || !got.DNSCapture || got.LogVerbosity != 3 || got.EnablementSelectors != nil {
+	if got.ExcludedNamespaces == nil || len(got.ExcludedNamespaces) != 0 || !got.DNSCapture || got.LogVerbosity != 3 || len(got.EnablementSelectors) != 1 {
 		t.Fatalf("Merge(first, second) = %+v", got)
 	}
 	got = Merge(flags, second, first)

@@ -28,8 +28,8 @@ type Values struct {
 	// DataplaneModeLabel selects the mesh (value ambient) on pods and
 	// namespaces, or opts a pod out (none).
 	DataplaneModeLabel string `json:"dataplaneModeLabel"`
-	// EnablementSelectors select more pods for the mesh, beside the
-	// dataplane-mode label.
+	// EnablementSelectors, when not nil, select the mesh's pods in place
+	// of the dataplane-mode label (Istio's ambient enablement selectors).
 	EnablementSelectors []EnablementSelector `json:"enablementSelectors"`
 	// LogVerbosity is klog's -v.
 	LogVerbosity int `json:"logVerbosity"`

@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"net"
+	"net/http"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,12 +19,12 @@ import (
 )
 
 // TestNodeSettingsFromConfigMaps: with a real kube-apiserver, meshlet
-// reads two NodeSettings ConfigMaps merged in order (the later wins), and
-// applies a change while it runs: the DNS capture default changed
-// re-programs a running pod. A document that cannot be used keeps the
-// last good one (a pod started after it gets the last good settings, not
-// the flags'), with an event on the ConfigMap, meshlet_settings_valid 0
-// and /readyz naming it.
+// reads two NodeSettings ConfigMaps merged in order over its flags (the
+// later wins), and applies changes while it runs: the DNS capture default
+// changed re-programs a running pod; a namespace excluded takes running
+// pods out. A document that cannot be used keeps its last good one (a pod
+// started after it gets the last good settings, not the flags'), with an
+// event on the ConfigMap, meshlet_settings_valid 0 and /readyz naming it.
 func TestNodeSettingsFromConfigMaps(t *testing.T) {
 	c, kubeconfig := apiServer(t)
 	ctx := context.Background()
@@ -39,23 +44,28 @@ func TestNodeSettingsFromConfigMaps(t *testing.T) {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "meshlet"}, Data: map[string]string{"settings.yaml": header + doc}}
 	}
 	cms := c.CoreV1().ConfigMaps("meshlet")
-	// The flags say DNS capture on (the default); base says off; the
-	// override, later, says on again.
-	if _, err := cms.Create(ctx, settings("base", "dnsCapture: false\n"), metav1.CreateOptions{}); err != nil {
+	// The flags: DNS capture on (the default), kube-system excluded. The
+	// base excludes shop too and turns DNS capture off; the override,
+	// later, excludes kube-system alone and turns it on again.
+	if _, err := cms.Create(ctx, settings("base", "dnsCapture: false\nexcludedNamespaces: [kube-system, shop]\n"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	override, err := cms.Create(ctx, settings("override", "dnsCapture: true\nlogVerbosity: 3\n"), metav1.CreateOptions{})
+	override, err := cms.Create(ctx, settings("override", "dnsCapture: true\nexcludedNamespaces: [kube-system]\nlogVerbosity: 3\n"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := startMesh(t, "--kubeconfig="+kubeconfig, "--dra=false", "--config-map=meshlet/base", "--config-map=meshlet/override")
+	if got := debugSettings(t); got.Effective.LogVerbosity != 3 || len(got.ConfigMaps) != 2 || got.ConfigMaps[1].State != "applied" {
+		t.Fatalf("/debug/settings: %+v, want the override applied (logVerbosity 3)", got)
+	}
 
+	// Enrolled: the override's namespaces win over the base's.
 	first := runAPIPod(t, c, "shop", "cart")
-	waitDNSRedirect(t, first, true, "the override's dnsCapture: true wins over the base's false")
+	waitDNSRedirect(t, first, true, "the override's dnsCapture: true")
 
-	// The override no longer says: the base's false applies, and the
-	// running pod is re-programmed.
-	override.Data["settings.yaml"] = header + "logVerbosity: 3\n"
+	// The override no longer sets DNS capture: the base's false applies
+	// over the flags' true, and the running pod is re-programmed.
+	override.Data["settings.yaml"] = header + "excludedNamespaces: [kube-system]\nlogVerbosity: 3\n"
 	if _, err := cms.Update(ctx, override, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +105,44 @@ func TestNodeSettingsFromConfigMaps(t *testing.T) {
 	}
 	second := runAPIPod(t, c, "shop", "checkout")
 	waitDNSRedirect(t, second, false, "a pod started after the invalid document gets the last good settings (dnsCapture: false), not the flags' (true)")
+
+	// The override deleted: the base's last good namespaces (shop
+	// excluded) apply, and both running pods leave the mesh.
+	if err := cms.Delete(ctx, "override", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, netns := range []string{first, second} {
+		waitForf(t, func() (bool, string) { return !hasRules(t, netns), "" },
+			func() string { return "the rules of a pod in shop removed once shop is excluded" })
+	}
+}
+
+// debugSettings reads /debug/settings from the shared environment's
+// meshlet (its debug socket in --state-dir).
+func debugSettings(t *testing.T) (v struct {
+	Effective struct {
+		LogVerbosity int  `json:"logVerbosity"`
+		DNSCapture   bool `json:"dnsCapture"`
+	} `json:"effective"`
+	ConfigMaps []struct {
+		ConfigMap, State string
+	} `json:"configMaps"`
+}) {
+	t.Helper()
+	sock := filepath.Join(theEnv(t).MeshletStateDir(), "debug.sock")
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+	resp, err := client.Get("http://meshlet/debug/settings")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // runAPIPod creates a pod object and the sandbox kubelet would create for
