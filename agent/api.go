@@ -18,10 +18,9 @@ type apiClients struct {
 	watcher *kube.Watcher
 	status  *kube.StatusPatcher
 	events  *kube.Events
-	// settings watches --config-map; nil without.
+	// settings watches --config-map into node; nil without.
 	settings *kube.ConfigMapWatch
-	// observe reads the i'th ConfigMap into the node settings.
-	observe func(ctx context.Context, i int)
+	node     *nodeSettings
 }
 
 // watchSettings makes the --config-map ConfigMaps, once run starts their
@@ -30,10 +29,13 @@ func (a *apiClients) watchSettings(ctx context.Context, refs []kube.ObjectRef, s
 	if len(refs) == 0 {
 		return
 	}
-	a.observe = func(ctx context.Context, i int) {
-		s.Observe(ctx, i, func() *kube.ConfigMap { return a.settings.Get(i) })
-	}
+	a.node = s
 	a.settings = kube.WatchConfigMaps(a.client, refs, func(i int) { a.observe(ctx, i) })
+}
+
+// observe reads the i'th ConfigMap, as it is now, into the node settings.
+func (a *apiClients) observe(ctx context.Context, i int) {
+	a.node.Observe(ctx, i, func() *kube.ConfigMap { return a.settings.Get(i) })
 }
 
 // syncWait bounds how long start-up waits for the informers before the NRI
