@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/policy"
 )
 
 // apiClients are the API server adapters: informers (the resolver), the
@@ -21,6 +24,9 @@ type apiClients struct {
 	// settings watches --config-map into node; nil without.
 	settings *kube.ConfigMapWatch
 	node     *nodeSettings
+	// tags watches Istio's revision tags into the policy (--revision);
+	// nil without.
+	tags *revisionTags
 }
 
 // watchSettings makes the --config-map ConfigMaps, once run starts their
@@ -54,8 +60,8 @@ func newAPIClients(cfg Config) (*apiClients, error) {
 	}
 	return &apiClients{
 		client:  client,
-		watcher: kube.NewWatcher(client, kube.WatcherConfig{NodeName: cfg.NodeName}),
-		status:  kube.NewStatusPatcher(client),
+		watcher: kube.NewWatcher(client, kube.WatcherConfig{NodeName: cfg.NodeName, StatusRemovals: cfg.Policy.Revision != ""}),
+		status:  kube.NewStatusPatcher(client, cfg.Policy.Revision),
 		events:  kube.NewEvents(client, cfg.NodeName),
 	}, nil
 }
@@ -71,6 +77,14 @@ func (a *apiClients) run(ctx context.Context, core *enroll.Core) {
 			// ConfigMap that does not exist.
 			if a.settings.WaitForSync(ctx) == nil {
 				a.observeAll(ctx)
+			}
+		}()
+	}
+	if a.tags != nil {
+		a.tags.watch.Start(ctx)
+		go func() {
+			if a.tags.watch.WaitForSync(ctx) == nil {
+				a.tags.observe(ctx)
 			}
 		}()
 	}
@@ -91,11 +105,29 @@ func (a *apiClients) waitForSync(ctx context.Context, logger klog.Logger) {
 			a.observeAll(ctx)
 		}
 	}
+	if a.tags != nil {
+		if err := a.tags.watch.WaitForSync(ctx); err != nil {
+			logger.Error(err, "Revision tags not read; serving the runtime anyway, each pod's revision label taken as a revision name until they are (a pod that selects this revision by a tag is not enrolled, and the pods that select none are the revision named default's)")
+		} else {
+			a.tags.observe(ctx)
+		}
+	}
 	if err := a.watcher.WaitForSync(ctx); err != nil {
 		logger.Error(err, "Informers not synced; serving the runtime anyway (pods decided from their own labels until the API answers)")
 		return
 	}
 	logger.Info("Informers synced")
+}
+
+// synced is why the API's watches are not ready; nil when they are.
+func (a *apiClients) synced() error {
+	switch {
+	case !a.watcher.Synced():
+		return errors.New("pod and namespace informers not synced with the API server")
+	case a.tags != nil && !a.tags.watch.Synced():
+		return fmt.Errorf("revision tags (MutatingWebhookConfigurations labelled %s) not listed from the API server", policy.TagLabel)
+	}
+	return nil
 }
 
 // observeAll reads every --config-map as it is now.

@@ -104,7 +104,7 @@ type Config struct {
 // socket path, the runtime's NRI socket, nftables redirection.
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
-		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: "127.0.0.1:9880", MetricsAddr: ":9881", Policy: policy.Defaults(),
+		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: "127.0.0.1:9880", MetricsAddr: ":9881", Policy: defaultPolicy(),
 		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig(), CNI: cnifallback.DefaultConfig()}
 }
 
@@ -153,6 +153,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UnmeshOnUninstall, "unmesh-on-uninstall", c.UnmeshOnUninstall, "when meshlet's DaemonSet is deleted (needs --pod-name), take every pod out of the mesh before exiting: ztunnel Del, in-pod rules removed (default: running pods keep their rules until they stop)")
 	fs.BoolVar(&c.SkipPodIPCheck, "skip-pod-ip-check", c.SkipPodIPCheck, "enroll a mesh pod even when its network namespace does not hold the IPs the runtime reports (by default such a pod is refused: the runtime named the wrong namespace); only for a CNI that keeps pod IPs outside the pod's namespace")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
+	fs.StringVar(&c.Policy.Revision, "revision", c.Policy.Revision, "the Istio revision this meshlet serves: only the pods whose namespace (or, in a namespace without one, the pod itself) has label "+policy.RevisionLabel+" naming it, or a revision tag of it, are enrolled, so that each revision's meshlet and ztunnel take their own pods on a node that runs two (each then needs its own --state-dir, --ztunnel-socket, --nri-plugin-index and ports); empty: every pod, whatever its revision")
+	fs.Var(flagenum.New(&c.Policy.RevisionlessPods, "revisionless pods", policy.RevisionlessDefaultTag, policy.RevisionlessEnroll, policy.RevisionlessSkip), "revisionless-pods",
+		"with --revision: whether the pods that select no revision are this revision's: default-tag (Istio's rule: when the revision tag "+strconv.Quote(policy.DefaultTag)+" points to it, or, with no such tag, when the revision is named "+strconv.Quote(policy.DefaultRevision)+"), enroll or skip")
 	fs.Var(configMapRefs{&c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
 	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
 }
@@ -187,6 +190,9 @@ func (c *Config) Validate() error {
 	}
 	if len(c.ConfigMaps) > 0 && c.Standalone {
 		return errors.New("--config-map needs the API server: drop --standalone (or the ConfigMaps)")
+	}
+	if err := c.validateRevision(); err != nil {
+		return err
 	}
 	if c.StateDir == "" {
 		return errors.New("--state-dir must not be empty")

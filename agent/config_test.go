@@ -219,3 +219,46 @@ func TestNodeSettingsFlags(t *testing.T) {
 		t.Fatalf("MESHLET_CONFIG_MAP: %v", cfg.ConfigMaps)
 	}
 }
+
+// --revision is refused, naming what it needs, where it cannot work: a
+// bad name, no API server, CNI mode, the DRA plugin.
+func TestRevisionFlags(t *testing.T) {
+	node := "--node-name=n1"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{node, "--dra=false", "--revision=Canary"}, "--revision"},
+		{[]string{node, "--dra=false", "--revision=a-revision-name-of-21c"}, "at most 20 characters"},
+		{[]string{"--standalone", "--revision=canary"}, "drop --standalone"},
+		{[]string{node, "--dra=false", "--mode=cni", "--revision=canary"}, "--revision needs NRI"},
+		{[]string{node, "--revision=canary"}, "--dra=false"},
+		{[]string{node, "--dra=false", "--revisionless-pods=skip"}, "--revisionless-pods=skip needs --revision"},
+	} {
+		cfg, err := parse(t, c.args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: Validate = %v, want an error saying %s", c.args, err, c.want)
+		}
+	}
+	cfg, err := parse(t, []string{node, "--dra=false", "--state-dir=" + t.TempDir()},
+		map[string]string{"MESHLET_REVISION": "canary", "MESHLET_REVISIONLESS_PODS": "enroll"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("--revision=canary --revisionless-pods=enroll: %v", err)
+	}
+	if cfg.Policy.Revision != "canary" || cfg.Policy.RevisionlessPods != "enroll" {
+		t.Errorf("from the environment: revision %q, revisionless pods %q", cfg.Policy.Revision, cfg.Policy.RevisionlessPods)
+	}
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg = DefaultConfig()
+	cfg.AddFlags(fs)
+	if err := fs.Parse([]string{"--revisionless-pods=sometimes"}); err == nil || !strings.Contains(err.Error(), "want default-tag, enroll or skip") {
+		t.Errorf("--revisionless-pods=sometimes: %v", err)
+	}
+}

@@ -23,7 +23,12 @@ const DebugSocketName = "debug.sock"
 
 // debugPods is /debug/pods: the node's pods as meshlet sees them.
 type debugPods struct {
-	Node               string     `json:"node"`
+	Node string `json:"node"`
+	// Revision is the Istio revision this meshlet serves (--revision);
+	// empty: every revision's pods. RevisionTags are the tags that point
+	// to it, as meshlet last read them.
+	Revision           string     `json:"revision,omitempty"`
+	RevisionTags       []string   `json:"revisionTags,omitempty"`
 	Mode               string     `json:"mode"`
 	ZtunnelConnections int        `json:"ztunnelConnections"`
 	Pods               []debugPod `json:"pods"`
@@ -54,7 +59,7 @@ type podsView interface {
 
 var _ podsView = (*enroll.Core)(nil)
 
-func debugHandler(node string, mode func() string, core podsView, ztunnels func() int, settings func() debugSettings) http.Handler {
+func debugHandler(node string, revision func() (string, []string), mode func() string, core podsView, ztunnels func() int, settings func() debugSettings) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/settings", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -62,6 +67,7 @@ func debugHandler(node string, mode func() string, core podsView, ztunnels func(
 	})
 	mux.HandleFunc("/debug/pods", func(w http.ResponseWriter, _ *http.Request) {
 		out := debugPods{Node: node, Mode: mode(), ZtunnelConnections: ztunnels(), Pods: []debugPod{}}
+		out.Revision, out.RevisionTags = revision()
 		for _, p := range core.Pods() {
 			d := debugPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, State: p.State.String(), Since: p.Since,
 				Reason: p.Reason, NetnsInode: p.NetnsInode}
@@ -160,7 +166,14 @@ func printSettings(w io.Writer, v debugSettings) error {
 }
 
 func printStatus(w io.Writer, v debugPods, now time.Time) error {
-	fmt.Fprintf(w, "node %s, mode %s, %d ztunnel connection(s), %d pod(s)\n\n", v.Node, v.Mode, v.ZtunnelConnections, len(v.Pods))
+	revision := ""
+	if v.Revision != "" {
+		revision = ", revision " + v.Revision
+		if len(v.RevisionTags) > 0 {
+			revision += " (tags " + strings.Join(v.RevisionTags, ", ") + ")"
+		}
+	}
+	fmt.Fprintf(w, "node %s%s, mode %s, %d ztunnel connection(s), %d pod(s)\n\n", v.Node, revision, v.Mode, v.ZtunnelConnections, len(v.Pods))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tNETNS\tREDIRECTION\tZTUNNEL")
 	for _, p := range v.Pods {

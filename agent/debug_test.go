@@ -38,7 +38,7 @@ func TestDebugPodsAndStatus(t *testing.T) {
 		DataplaneModeLabel: "istio.io/dataplane-mode", LogVerbosity: 2, EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)},
 		Sources: []debugSource{{ConfigMap: "meshlet-system/meshlet-settings", State: sourceInvalid, ResourceVersion: "12",
 			Error: "settings.yaml: dnsCapture: invalid", Gives: []string{"dnsCapture", "excludedNamespaces"}}}}
-	h := debugHandler("node-a", func() string { return "nri" }, fakePods{}, func() int { return 1 }, func() debugSettings { return settings })
+	h := debugHandler("node-a", func() (string, []string) { return "", nil }, func() string { return "nri" }, fakePods{}, func() int { return 1 }, func() debugSettings { return settings })
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
 	var v debugPods

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -94,11 +93,10 @@ func (r *readiness) check() (detail string, err error) {
 // another live process serves (a standby must never unlink the serving
 // meshlet's socket: each meshlet needs its own path).
 func serveHealthSocket(path string, h http.Handler) (*httpServer, error) {
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		c.Close()
+	ln, err := unixsock.ListenStream(path, 0o700, 0o600)
+	if errors.Is(err, unixsock.ErrInUse) {
 		return nil, fmt.Errorf("--health-socket=%q: another process serves it; give each meshlet its own path (the chart uses a per-pod emptyDir)", path)
 	}
-	ln, err := unixsock.ListenStream(path, 0o700, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("--health-socket: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -26,7 +27,12 @@ const lockPoll = 100 * time.Millisecond
 // exits (the kernel drops a dead process's lock). The lock is released
 // when the process exits or release is called. waiting, if set, is called
 // once when another process holds the lock.
-func acquireNodeLock(ctx context.Context, stateDir string, waiting func()) (release func(), err error) {
+//
+// The holder writes its revision (--revision, maybe none) into the lock:
+// a meshlet of one revision never waits for another revision's, which is
+// not a predecessor but a neighbour given the same --state-dir, and would
+// never exit. That is refused, naming both.
+func acquireNodeLock(ctx context.Context, stateDir, revision string, waiting func()) (release func(), err error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", stateDir, err)
 	}
@@ -42,6 +48,10 @@ func acquireNodeLock(ctx context.Context, stateDir string, waiting func()) (rele
 			if logged {
 				klog.FromContext(ctx).Info("Node lock acquired: the previous meshlet exited", "lock", path)
 			}
+			if err := writeLockRevision(f, revision); err != nil {
+				f.Close()
+				return nil, fmt.Errorf("node lock %s: %w", path, err)
+			}
 			return func() { f.Close() }, nil
 		}
 		if errors.Is(err, unix.EINTR) {
@@ -50,6 +60,11 @@ func acquireNodeLock(ctx context.Context, stateDir string, waiting func()) (rele
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
 			return nil, fmt.Errorf("node lock %s: %w", path, err)
+		}
+		if holder, err := lockRevision(f); err == nil && holder != "" && revision != "" && holder != revision {
+			f.Close()
+			return nil, fmt.Errorf("node lock %s: held by the meshlet of revision %q, and this one serves revision %q: "+
+				"each revision's meshlet needs a --state-dir of its own", path, holder, revision)
 		}
 		if !logged {
 			klog.FromContext(ctx).Info("Another meshlet serves this node; waiting for it to exit before taking the runtime hook and ztunnel's socket", "lock", path)
@@ -65,4 +80,23 @@ func acquireNodeLock(ctx context.Context, stateDir string, waiting func()) (rele
 		case <-time.After(lockPoll):
 		}
 	}
+}
+
+// writeLockRevision makes revision the lock file's content.
+func writeLockRevision(f *os.File, revision string) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(revision), 0)
+	return err
+}
+
+// lockRevision reads the holder's revision from the lock file.
+func lockRevision(f *os.File) (string, error) {
+	b := make([]byte, 256)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", err
+	}
+	return string(b[:n]), nil
 }

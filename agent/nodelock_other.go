@@ -9,4 +9,4 @@ import "context"
 const NodeLockFile = "meshlet.lock"
 
 // acquireNodeLock is a no-op where meshlet cannot run.
-func acquireNodeLock(context.Context, string, func()) (func(), error) { return func() {}, nil }
+func acquireNodeLock(context.Context, string, string, func()) (func(), error) { return func() {}, nil }

@@ -88,7 +88,12 @@ func Run(ctx context.Context, cfg Config) error {
 		resolver, status = api.watcher, api.status
 		api.watchSettings(ctx, cfg.ConfigMaps, live)
 		live.invalid = api.events.InvalidSettings
+		if cfg.Policy.Revision != "" {
+			api.watchRevisionTags(ctx, pol)
+		}
 	}
+	// Each revision's meshlet has node rules of its own.
+	cfg.Redirect.Instance = cfg.Policy.Revision
 	// Per-pod settings, highest precedence first: the pod's mesh claims,
 	// its annotations, then (in the core) the node's defaults. A claim also
 	// makes its pod must-mesh.
@@ -150,7 +155,7 @@ func Run(ctx context.Context, cfg Config) error {
 		apiClient = api.client
 	}
 	standby, endStandby := context.WithCancel(root)
-	release, err := acquireNodeLock(root, cfg.StateDir, ready.standbyChecks(standby, cfg, apiClient))
+	release, err := acquireNodeLock(root, cfg.StateDir, cfg.Policy.Revision, ready.standbyChecks(standby, cfg, apiClient))
 	endStandby()
 	if err != nil {
 		return stopped(ctx, root, err)
@@ -209,6 +214,9 @@ func Run(ctx context.Context, cfg Config) error {
 	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.mode.WithLabelValues(string(mode)).Set(1) },
 		build: func(ctx context.Context, mode Mode) (podSource, error) {
 			if mode == ModeCNI {
+				if cfg.Policy.Revision != "" {
+					return nil, errors.New("the runtime has no NRI (--mode auto picked CNI mode), and --revision needs it: in CNI mode one meshlet-cni in the runtime's chain serves the node")
+				}
 				return newCNIMode(cfg, core, m, redir)
 			}
 			removeStaleCNI(ctx, cfg)
@@ -243,8 +251,10 @@ func Run(ctx context.Context, cfg Config) error {
 		switch {
 		case !zdsServing.Load():
 			return errors.New("ZDS socket not serving")
-		case api != nil && !api.watcher.Synced():
-			return errors.New("pod and namespace informers not synced with the API server")
+		case api != nil:
+			if err := api.synced(); err != nil {
+				return err
+			}
 		}
 		return source.notReady()
 	}
@@ -265,7 +275,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		servers = append(servers, s)
 	}
-	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, source.current, core, server.Connections, live.debug))
+	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server.Connections, live.debug))
 	if err != nil {
 		return err
 	}
@@ -311,7 +321,7 @@ func Run(ctx context.Context, cfg Config) error {
 		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
 	}
 	stopSource := start("pod source", source.Run)
-	logger.Info("meshlet started", "node", cfg.NodeName, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
+	logger.Info("meshlet started", "node", cfg.NodeName, "revision", cfg.Policy.Revision, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "gate", dra && cfg.DRA.Gate.Enabled, "version", version.String())
 
 	<-root.Done()

@@ -181,7 +181,14 @@ func (c *Core) Release(ctx context.Context, uid string) error {
 		return nil
 	}
 	defer s.mu.Unlock()
-	return c.release(ctx, s, RemoveHostOnly, StateReleased, "stopped")
+	enrolled := s.enrolled != nil
+	err := c.release(ctx, s, RemoveHostOnly, StateReleased, "stopped")
+	if enrolled {
+		// The status outlives the sandbox; a new sandbox of the pod is
+		// decided afresh (another revision's meshlet may take it).
+		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+	}
+	return err
 }
 
 // Forget releases the pod if needed and drops everything the core knows
@@ -491,6 +498,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	if err != nil {
 		return c.fail(ctx, s, StepResolve, err)
 	}
+	info.Held = s.enrolled != nil || s.checkpointed != nil
 	d := c.ports.Policy.Decide(pod, info)
 	if !d.Enroll {
 		return c.skip(ctx, s, h, d)
@@ -747,7 +755,7 @@ func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Resul
 		podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
 		err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
 		c.ports.Status.Report(s.ref(), RedirectionRemoved)
-	} else if s.state == StateUnknown && h == HandoverDeferred {
+	} else if s.state == StateUnknown && h == HandoverDeferred && !d.OtherAgent {
 		c.clearLeftovers(ctx, pod)
 	}
 	s.checkpointed = nil

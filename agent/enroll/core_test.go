@@ -492,6 +492,67 @@ func TestReconcileClearsLeftoversOfSkippedPods(t *testing.T) {
 	}
 }
 
+// TestOtherAgentsPods: a pod policy leaves to another agent is not
+// cleared of rules at start-up (they are that agent's); a pod the core
+// holds is decided as held (PodInfo.Held), also when its checkpointed
+// record is all the core has of it.
+func TestOtherAgentsPods(t *testing.T) {
+	h := newHarness(t)
+	other := h.pod("other", 7, map[string]string{"mesh": "other"})
+	if err := h.core.Reconcile(ctx, []Pod{other}); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+	wantState(t, h, "other", StateSkipped, "other-agent")
+
+	// Enrolled, then its namespace says it is another's: it stays.
+	mine := h.pod("mine", 8, nil)
+	h.resolver.setNamespace("default", meshOn)
+	if _, err := h.core.Enroll(ctx, mine); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	h.resolver.setNamespace("default", map[string]string{"mesh": "other"})
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, h, "mine", StateEnrolled, "")
+	if _, err := h.core.Enroll(ctx, h.pod("new", 9, nil)); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, h, "new", StateSkipped, "other-agent")
+
+	// A restarted core holds what its checkpoint names.
+	rec, _ := h.core.Record("mine")
+	h2 := newHarness(t, rec)
+	h2.resolver.setNamespace("default", map[string]string{"mesh": "other"})
+	h2.opener.set(mine.NetnsPath, 8)
+	if err := h2.core.Reconcile(ctx, []Pod{mine}); err != nil {
+		t.Fatal(err)
+	}
+	wantState(t, h2, "mine", StateEnrolled, "")
+}
+
+// TestReleaseClearsTheStatus: a stopped sandbox's pod has its status
+// removed; a pod that was never enrolled gets no report.
+func TestReleaseClearsTheStatus(t *testing.T) {
+	h := newHarness(t)
+	for _, p := range []Pod{h.pod("a", 1, meshOn), h.pod("plain", 2, nil)} {
+		if _, err := h.core.Enroll(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.core.Release(ctx, p.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.status.of("a"); !slices.Equal(got, []RedirectionStatus{RedirectionPending, RedirectionEnabled, RedirectionRemoved}) {
+		t.Fatalf("status reports of a stopped mesh pod: %v", got)
+	}
+	if got := h.status.of("plain"); len(got) != 0 {
+		t.Fatalf("status reports of a pod never enrolled: %v", got)
+	}
+}
+
 func TestEnrolledIPs(t *testing.T) {
 	h := newHarness(t)
 	a := h.pod("a", 1, meshOn)

@@ -40,13 +40,20 @@ func (r *fakeResolver) setNamespace(ns string, labels map[string]string) {
 }
 
 // labelPolicy enrolls pods labelled mesh=on or in a namespace labelled
-// mesh=on.
+// mesh=on. A pod labelled mesh=other, or in a namespace labelled so, is
+// another agent's (Decision.OtherAgent) unless this core holds it
+// (PodInfo.Held), as a revision's meshlet decides.
 type labelPolicy struct{}
 
 func (labelPolicy) Decide(pod *Pod, info PodInfo) Decision {
 	switch {
 	case pod.HostNetwork:
 		return Decision{Reason: "host-network"}
+	case pod.Labels["mesh"] == "other" || info.NamespaceLabels["mesh"] == "other":
+		if info.Held {
+			return Decision{Enroll: true, Reason: "held"}
+		}
+		return Decision{Reason: "other-agent", OtherAgent: true}
 	case pod.Labels["mesh"] == "on":
 		return Decision{Enroll: true, Reason: "pod-label"}
 	case info.NamespaceLabels["mesh"] == "on":

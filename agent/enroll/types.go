@@ -29,7 +29,8 @@ type Pod struct {
 const DefaultServiceAccount = "default"
 
 // PodInfo is what the core learns about a pod from outside its sandbox:
-// the API server in a cluster, defaults in standalone mode.
+// the API server in a cluster, defaults in standalone mode; and, in Held,
+// what the core itself holds of it.
 type PodInfo struct {
 	ServiceAccount  string
 	NamespaceLabels map[string]string
@@ -45,6 +46,10 @@ type PodInfo struct {
 	// HostNetwork is the pod spec's hostNetwork as the API server has it;
 	// nil: unknown (no API server, or it could not say).
 	HostNetwork *bool
+	// Held is set by the core, not the resolver: this agent has the pod
+	// in the mesh, or its previous run had (the checkpoint holds it), so
+	// a decision about it is about keeping it.
+	Held bool
 }
 
 // Metadata returns the pod's current labels and annotations: the API
@@ -94,6 +99,11 @@ type Decision struct {
 	// Reason is short and stable ("pod-label", "host-network", ...): it
 	// appears in logs, status and metric labels.
 	Reason string
+	// OtherAgent, with Enroll false: the pod is another agent's to mesh
+	// (another revision's meshlet), so whatever redirection is in it is
+	// that agent's and stays. Otherwise a running pod found skipped at
+	// start-up is cleared of leftover rules.
+	OtherAgent bool
 }
 
 // Record is one enrolled pod's facts, as the core enrolled it: who the pod

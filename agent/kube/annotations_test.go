@@ -23,3 +23,20 @@ func TestSameAnnotationsIgnoresMeshletsStatus(t *testing.T) {
 		}
 	}
 }
+
+func TestStatusRemoved(t *testing.T) {
+	for _, tc := range []struct {
+		old, cur map[string]string
+		removed  bool
+	}{
+		{map[string]string{RedirectionAnnotation: "enabled"}, nil, true},
+		{map[string]string{RedirectionAnnotation: "enabled", "x": "1"}, map[string]string{"x": "1"}, true},
+		{nil, map[string]string{RedirectionAnnotation: "enabled"}, false},
+		{map[string]string{RedirectionAnnotation: "pending"}, map[string]string{RedirectionAnnotation: "enabled"}, false},
+		{nil, nil, false},
+	} {
+		if got := statusRemoved(tc.old, tc.cur); got != tc.removed {
+			t.Errorf("statusRemoved(%v, %v) = %v, want %v", tc.old, tc.cur, got, tc.removed)
+		}
+	}
+}

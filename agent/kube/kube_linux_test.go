@@ -386,13 +386,17 @@ func TestStatusAnnotation(t *testing.T) {
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sp := kube.NewStatusPatcher(rc)
+	// A meshlet with a revision: its revision goes with the status.
+	sp := kube.NewStatusPatcher(rc, "canary")
 	go sp.Run(ctx)
 	ref := enroll.PodRef{UID: string(p.UID), Name: p.Name, Namespace: ns}
 	annotation := func() (string, bool) {
 		got, err := c.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 		must(t, err)
 		v, ok := got.Annotations[kube.RedirectionAnnotation]
+		if rev, has := got.Annotations[policy.RevisionAnnotation]; has != ok || (has && rev != "canary") {
+			t.Fatalf("status %q (present %v) with revision %q (present %v), want revision canary exactly with a status", v, ok, rev, has)
+		}
 		return v, ok
 	}
 	for _, step := range []struct {
@@ -423,7 +427,7 @@ func TestAPIDown(t *testing.T) {
 	known := boundPod(t, c, ns, "known", "known-sa", nil)
 	unseen := boundPod(t, c, ns, "unseen", "unseen-sa", ambient)
 	w, ctx := startWatcher(t, c)
-	sp := kube.NewStatusPatcher(c)
+	sp := kube.NewStatusPatcher(c, "")
 	go sp.Run(ctx)
 	core, ports := newCore(t, w, sp)
 

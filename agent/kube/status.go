@@ -13,17 +13,21 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/policy"
 )
 
 // RedirectionAnnotation tells istiod whether it may send HBONE to the pod.
-const RedirectionAnnotation = "ambient.istio.io/redirection"
+const RedirectionAnnotation = policy.RedirectionAnnotation
 
 // StatusPatcher implements the core's StatusReporter: Report only records
 // the latest wanted status per pod; Run patches it onto the pod's status
 // subresource in the background, retrying with backoff, so the runtime hook
 // never waits on the API.
 type StatusPatcher struct {
-	client     kubernetes.Interface
+	client kubernetes.Interface
+	// revision goes with the status, in policy.RevisionAnnotation (none
+	// without one): the pod's meshlet tells its own pods by it.
+	revision   string
 	minBackoff time.Duration
 	maxBackoff time.Duration
 
@@ -41,9 +45,10 @@ type statusItem struct {
 
 var _ enroll.StatusReporter = (*StatusPatcher)(nil)
 
-// NewStatusPatcher returns a patcher; run it with Run.
-func NewStatusPatcher(client kubernetes.Interface) *StatusPatcher {
-	return &StatusPatcher{client: client, minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
+// NewStatusPatcher returns a patcher for the meshlet of revision (maybe
+// none); run it with Run.
+func NewStatusPatcher(client kubernetes.Interface, revision string) *StatusPatcher {
+	return &StatusPatcher{client: client, revision: revision, minBackoff: 200 * time.Millisecond, maxBackoff: 30 * time.Second,
 		pending: map[string]*statusItem{}, wake: make(chan struct{}, 1)}
 }
 
@@ -125,15 +130,18 @@ func (p *StatusPatcher) drain(ctx context.Context, logger klog.Logger) time.Time
 }
 
 func (p *StatusPatcher) patch(ctx context.Context, it *statusItem) error {
-	var value any // nil removes the annotation
+	var value, revision any // nil removes the annotation
 	switch it.status {
 	case enroll.RedirectionPending, enroll.RedirectionEnabled:
 		value = it.status.String()
+		if p.revision != "" {
+			revision = p.revision
+		}
 	}
 	// The uid is a precondition: a recreated pod with the same name is not
 	// patched with its predecessor's status.
 	body, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-		"uid": it.ref.UID, "annotations": map[string]any{RedirectionAnnotation: value}}})
+		"uid": it.ref.UID, "annotations": map[string]any{RedirectionAnnotation: value, policy.RevisionAnnotation: revision}}})
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := p.client.CoreV1().Pods(it.ref.Namespace).Patch(ctx, it.ref.Name, types.MergePatchType, body,

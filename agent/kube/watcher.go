@@ -30,6 +30,11 @@ type WatcherConfig struct {
 	GetTimeout time.Duration
 	// Debounce groups label changes into one Reevaluate.
 	Debounce time.Duration
+	// StatusRemovals re-evaluates when an agent removes its status
+	// (RedirectionAnnotation) from a pod: with revisions, that status
+	// keeps a pod another agent meshed out of this one's reach
+	// (policy.ReasonMeshedElsewhere) until it goes.
+	StatusRemovals bool
 }
 
 // Watcher watches this node's pods and all namespaces.
@@ -98,7 +103,8 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 		UpdateFunc: func(o, n any) {
 			op, np := o.(*corev1.Pod), n.(*corev1.Pod)
 			if !maps.Equal(op.Labels, np.Labels) || !sameAnnotations(op.Annotations, np.Annotations) ||
-				op.Spec.ServiceAccountName != np.Spec.ServiceAccountName {
+				op.Spec.ServiceAccountName != np.Spec.ServiceAccountName ||
+				(w.cfg.StatusRemovals && statusRemoved(op.Annotations, np.Annotations)) {
 				w.notify()
 			}
 		},
@@ -238,6 +244,14 @@ func nonNil(m map[string]string) map[string]string {
 		return map[string]string{}
 	}
 	return m
+}
+
+// statusRemoved reports whether an agent's status (RedirectionAnnotation)
+// went from a pod between its old and new annotations.
+func statusRemoved(old, cur map[string]string) bool {
+	_, had := old[RedirectionAnnotation]
+	_, has := cur[RedirectionAnnotation]
+	return had && !has
 }
 
 // sameAnnotations compares two pods' annotations but for meshlet's own

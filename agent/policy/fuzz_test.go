@@ -104,3 +104,69 @@ func keyValues(s string) map[string]string {
 	}
 	return m
 }
+
+// FuzzRevisionsAreExclusive: whatever labels a pod and its namespace have
+// and wherever two tags point (one revision each, as istioctl keeps them),
+// two revisions' policies never both take a pod that neither holds; a pod
+// the mesh rules select and no agent meshed is taken by the revision its
+// labels resolve to, if it is one of the two; and a pod is left to another
+// agent (OtherAgent, its rules kept) exactly when it is another revision's
+// or another agent's status is on it.
+func FuzzRevisionsAreExclusive(f *testing.F) {
+	f.Add("istio.io/dataplane-mode=ambient", "", "", "stable", "next", "canary")
+	f.Add("istio.io/rev=next", "istio.io/dataplane-mode=ambient", "", "canary", "next", "canary")
+	f.Add("istio.io/rev=canary", "istio.io/dataplane-mode=ambient\nistio.io/rev=stable", "", "", "", "")
+	f.Add("", "istio.io/dataplane-mode=ambient\nistio.io/rev=default", "", "stable", "default", "canary")
+	f.Add("istio.io/dataplane-mode=ambient", "", "ambient.istio.io/redirection=enabled", "canary", "", "")
+	f.Add("istio.io/dataplane-mode=ambient", "", "ambient.istio.io/redirection=enabled\nmeshlet.dev/revision=canary", "canary", "", "")
+	f.Add("", "istio.io/rev=stable", "ambient.istio.io/redirection=enabled\nmeshlet.dev/revision=stable", "", "", "")
+	f.Fuzz(func(t *testing.T, labels, nsLabels, annotations, defaultTag, tag, tagRev string) {
+		tags := RevisionTags{}
+		if defaultTag != "" {
+			tags[DefaultTag] = []string{defaultTag}
+		}
+		if tag != "" && tagRev != "" && tag != DefaultTag {
+			tags[tag] = []string{tagRev}
+		}
+		info := enroll.PodInfo{NamespaceLabels: keyValues(nsLabels), PodLabels: keyValues(labels), PodAnnotations: keyValues(annotations)}
+		pod := &enroll.Pod{UID: "u", Name: "p", Namespace: "app", NetnsPath: "/x"}
+		took := map[string]bool{}
+		for _, rev := range []string{"stable", "canary"} {
+			cfg := Defaults()
+			cfg.Revision = rev
+			p, err := New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.SetRevisionTags(tags)
+			d := p.Decide(pod, info)
+			took[rev] = d.Enroll
+			revisionReason := slices.Contains([]string{ReasonOtherRevision, ReasonNoRevision, ReasonMeshedElsewhere}, d.Reason)
+			status := info.PodAnnotations[RedirectionAnnotation]
+			elsewhere := (status == "enabled" || status == "pending") && info.PodAnnotations[RevisionAnnotation] != rev
+			if d.Enroll && (d.OtherAgent || revisionReason) || !d.Enroll && d.OtherAgent != (revisionReason || elsewhere) {
+				t.Fatalf("revision %s: %+v: OtherAgent must be set exactly for the revision reasons and for pods another agent meshed", rev, d)
+			}
+		}
+		if took["stable"] && took["canary"] {
+			t.Fatalf("both revisions take the pod (labels %v, namespace %v, tags %v)", info.PodLabels, info.NamespaceLabels, tags)
+		}
+		base, err := New(Defaults())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, meshed := info.PodAnnotations[RedirectionAnnotation]
+		want, _ := PodRevision(info.PodLabels, info.NamespaceLabels)
+		if revs, ok := tags[want]; ok {
+			want = revs[0]
+		} else if want == "" {
+			want = DefaultRevision
+			if revs, ok := tags[DefaultTag]; ok {
+				want = revs[0]
+			}
+		}
+		if base.Decide(pod, info).Enroll && !meshed && (want == "stable" || want == "canary") && !took[want] {
+			t.Fatalf("revision %s does not take a mesh pod that resolves to it (labels %v, namespace %v, tags %v)", want, info.PodLabels, info.NamespaceLabels, tags)
+		}
+	})
+}

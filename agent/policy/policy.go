@@ -63,6 +63,14 @@ type Config struct {
 	// (an empty list selects none). Pods that can never be enrolled (see
 	// Decide) stay out either way.
 	EnablementSelectors []nodesettings.Selector
+	// Revision, when not empty, limits the mesh to the pods that select
+	// this Istio revision, by RevisionLabel or a tag of it (see
+	// PodRevision and revisionGate), so that each revision's meshlet
+	// takes its own pods on a node that runs two.
+	Revision string
+	// RevisionlessPods, with Revision, says whose the pods that select
+	// no revision are (empty: RevisionlessDefaultTag).
+	RevisionlessPods RevisionlessPods
 }
 
 // Defaults returns Istio's defaults.
@@ -91,14 +99,15 @@ func (c Config) Validate() error {
 	if len(c.ZtunnelLabels) == 0 {
 		return fmt.Errorf("policy: ztunnel labels must not be empty (ztunnel's own pods must never be enrolled)")
 	}
-	return nil
+	return c.validateRevision()
 }
 
 // Policy implements enroll.Policy, and enroll.SettingsSource for the
 // settings pods give in their annotations. Its configuration can change
 // while it decides (Update): each decision reads one configuration.
 type Policy struct {
-	cfg atomic.Pointer[Config]
+	cfg  atomic.Pointer[Config]
+	tags atomic.Pointer[RevisionTags]
 }
 
 var (
@@ -132,12 +141,19 @@ func (p *Policy) Config() Config { return *p.cfg.Load() }
 // itself, denied runtime handler, sidecar-injected; then the enablement
 // selectors when there are any (Config.EnablementSelectors), else the
 // pod's `none` opt-out, then the pod label or the namespace label. The
-// first rule that matches gives the reason.
+// first rule that matches gives the reason. With a revision
+// (Config.Revision), a pod those rules select is enrolled only if it is
+// the revision's (revisionGate).
 //
 // The pod's labels and annotations are the API server's current ones when
 // known (info), else the sandbox's.
 func (p *Policy) Decide(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	c := p.cfg.Load()
+	return c.revisionGate(p.RevisionTags(), pod, info, c.selects(pod, info))
+}
+
+// selects applies Decide's rules but the revision's.
+func (c *Config) selects(pod *enroll.Pod, info enroll.PodInfo) enroll.Decision {
 	labels, _ := info.Metadata(pod)
 	if reason := ineligible(c, pod, info); reason != "" {
 		return skip(reason)

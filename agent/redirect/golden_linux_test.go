@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/netip"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strings"
@@ -271,7 +272,7 @@ func TestBadInput(t *testing.T) {
 
 func TestHostSNATIsIncremental(t *testing.T) {
 	host := netnstest.Open(t)
-	h, err := newNftHostSNAT(netnstest.Fd(t, host))
+	h, err := newNftHostSNAT(netnstest.Fd(t, host), TableName)
 	must(t, err)
 	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("192.0.2.11")
 	v6 := netip.MustParseAddr("2001:db8::10")
@@ -291,7 +292,7 @@ func TestHostSNATIsIncremental(t *testing.T) {
 		t.Fatalf("node table after Retain(b):\n%s", list)
 	}
 	// A restarted agent keeps the elements (probes of running pods keep working).
-	h2, err := newNftHostSNAT(netnstest.Fd(t, host))
+	h2, err := newNftHostSNAT(netnstest.Fd(t, host), TableName)
 	must(t, err)
 	if !strings.Contains(nftTable(t, host), "elements = { 192.0.2.11 }") {
 		t.Fatalf("restart lost set elements:\n%s", nftTable(t, host))
@@ -306,10 +307,12 @@ func TestIptablesHostSNAT(t *testing.T) {
 	host := netnstest.Open(t)
 	ipt, err := newIptables(VariantNft, netnstest.Fd(t, host))
 	must(t, err)
-	h, err := newIptablesHostSNAT(ipt, netnstest.Fd(t, host))
+	names := Config{}.nodeNames()
+	ipsetV4, ipsetV6 := names.ipset4, names.ipset6
+	h, err := newIptablesHostSNAT(ipt, netnstest.Fd(t, host), names)
 	must(t, err)
 	// Set-up is idempotent: a restarted agent adds no second jump.
-	_, err = newIptablesHostSNAT(ipt, netnstest.Fd(t, host))
+	_, err = newIptablesHostSNAT(ipt, netnstest.Fd(t, host), names)
 	must(t, err)
 	a, b := netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("2001:db8::10")
 	must(t, h.Add([]netip.Addr{a, b}))
@@ -414,5 +417,60 @@ func TestAdoption(t *testing.T) {
 		if strings.HasPrefix(nftTable(t, pod), "no table") {
 			t.Fatal("adoption of a pod without a table left it without rules")
 		}
+	})
+}
+
+// Two meshlets on one node (an instance each, one per revision) keep
+// their probe SNAT apart: one's clean-up (Retain) and uninstall leave the
+// other's addresses and rules in place.
+func TestHostSNATInstancesAreSeparate(t *testing.T) {
+	pod := netip.MustParseAddr("192.0.2.20")
+	canaryPod := netip.MustParseAddr("192.0.2.21")
+	t.Run("nftables", func(t *testing.T) {
+		host := netnstest.Open(t)
+		stable, err := newNftHostSNAT(netnstest.Fd(t, host), Config{}.nodeNames().table)
+		must(t, err)
+		canary, err := newNftHostSNAT(netnstest.Fd(t, host), Config{Instance: "canary"}.nodeNames().table)
+		must(t, err)
+		must(t, stable.Add([]netip.Addr{pod}))
+		must(t, canary.Add([]netip.Addr{canaryPod}))
+		must(t, canary.Retain(nil))
+		must(t, canary.Uninstall())
+		if got := inNetns(t, host, "nft", "list", "table", "inet", "meshlet"); !strings.Contains(got, "elements = { 192.0.2.20 }") {
+			t.Fatalf("table inet meshlet after the canary instance's Retain and Uninstall:\n%s", got)
+		}
+		if err := netnstest.Run(host, exec.Command("nft", "list", "table", "inet", "meshlet-canary").Run); err == nil {
+			t.Fatal("table inet meshlet-canary outlived its Uninstall")
+		}
+		must(t, stable.Uninstall())
+	})
+	t.Run("iptables", func(t *testing.T) {
+		host := netnstest.Open(t)
+		ipt, err := newIptables(VariantNft, netnstest.Fd(t, host))
+		must(t, err)
+		stableNames, canaryNames := Config{}.nodeNames(), Config{Instance: "canary"}.nodeNames()
+		stable, err := newIptablesHostSNAT(ipt, netnstest.Fd(t, host), stableNames)
+		must(t, err)
+		canary, err := newIptablesHostSNAT(ipt, netnstest.Fd(t, host), canaryNames)
+		must(t, err)
+		must(t, stable.Add([]netip.Addr{pod}))
+		must(t, canary.Add([]netip.Addr{canaryPod}))
+		save := inNetns(t, host, "iptables-nft-save", "-t", "nat")
+		if !strings.Contains(save, "-A MESHLET_canary -p tcp -m owner --socket-exists -m set --match-set meshlet-v4-canary dst -j SNAT --to-source 169.254.7.127") {
+			t.Fatalf("node nat table with both instances:\n%s", save)
+		}
+		must(t, canary.Retain(nil))
+		must(t, canary.Uninstall())
+		if v4 := inNetns(t, host, "ipset", "list", stableNames.ipset4); !strings.Contains(v4, "192.0.2.20") {
+			t.Fatalf("%s after the canary instance's Retain and Uninstall:\n%s", stableNames.ipset4, v4)
+		}
+		save = inNetns(t, host, "iptables-nft-save", "-t", "nat")
+		if strings.Count(save, "-A POSTROUTING -j MESHLET_POSTRT") != 1 || strings.Contains(save, "MESHLET_canary") {
+			t.Fatalf("node nat table after the canary instance's Uninstall:\n%s", save)
+		}
+		if out := inNetns(t, host, "ipset", "list", "-n"); strings.Contains(out, "canary") {
+			t.Fatalf("ipsets after the canary instance's Uninstall: %s", out)
+		}
+		must(t, stable.Uninstall())
 	})
 }

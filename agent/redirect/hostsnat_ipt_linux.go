@@ -11,28 +11,24 @@ import (
 
 // Node-side probe SNAT, iptables flavour, as Istio does it: an ipset of
 // enrolled pod addresses per family and a nat POSTROUTING rule matching
-// locally originated TCP to them.
-
-const (
-	ipsetV4       = "meshlet-probes-v4"
-	ipsetV6       = "meshlet-probes-v6"
-	chainHostSNAT = "MESHLET_POSTRT"
-)
+// locally originated TCP to them (names: nodeNames).
 
 type iptablesHostSNAT struct {
 	mu    sync.Mutex
 	ipt   *iptablesBackend
 	netns int
+	names nodeNames
 }
 
 var _ hostSNAT = (*iptablesHostSNAT)(nil)
 
-func newIptablesHostSNAT(ipt *iptablesBackend, netnsFd int) (*iptablesHostSNAT, error) {
-	h := &iptablesHostSNAT{ipt: ipt, netns: netnsFd}
+func newIptablesHostSNAT(ipt *iptablesBackend, netnsFd int, names nodeNames) (*iptablesHostSNAT, error) {
+	h := &iptablesHostSNAT{ipt: ipt, netns: netnsFd, names: names}
+	chainHostSNAT := names.chain
 	for _, f := range []Family{IPv4, IPv6} {
-		set, fam := ipsetV4, "inet"
+		set, fam := names.ipset4, "inet"
 		if f == IPv6 {
-			set, fam = ipsetV6, "inet6"
+			set, fam = names.ipset6, "inet6"
 		}
 		if _, err := runIn(netnsFd, "ipset", nil, "create", set, "hash:ip", "family", fam, "-exist"); err != nil {
 			return nil, fmt.Errorf("node probe SNAT: %w", err)
@@ -62,9 +58,9 @@ func (h *iptablesHostSNAT) each(op string, ips []netip.Addr) error {
 	var errs []error
 	for _, ip := range ips {
 		ip = ip.Unmap()
-		set := ipsetV4
+		set := h.names.ipset4
 		if ip.Is6() {
-			set = ipsetV6
+			set = h.names.ipset6
 		}
 		if _, err := runIn(h.netns, "ipset", nil, op, set, ip.String(), "-exist"); err != nil {
 			errs = append(errs, err)
@@ -80,6 +76,7 @@ func (h *iptablesHostSNAT) Uninstall() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var errs []error
+	chainHostSNAT := h.names.chain
 	for _, f := range []Family{IPv4, IPv6} {
 		cur, err := h.ipt.save(h.netns, f)
 		if err != nil {
@@ -100,7 +97,7 @@ func (h *iptablesHostSNAT) Uninstall() error {
 		}
 	}
 	// The sets go after the rules that reference them.
-	for _, set := range []string{ipsetV4, ipsetV6} {
+	for _, set := range []string{h.names.ipset4, h.names.ipset6} {
 		if _, err := runIn(h.netns, "ipset", nil, "destroy", set); err != nil && !strings.Contains(err.Error(), "does not exist") {
 			errs = append(errs, err)
 		}
@@ -116,7 +113,7 @@ func (h *iptablesHostSNAT) Close() error { return nil }
 
 func (h *iptablesHostSNAT) Retain(keep []netip.Addr) error {
 	var stale []netip.Addr
-	for _, set := range []string{ipsetV4, ipsetV6} {
+	for _, set := range []string{h.names.ipset4, h.names.ipset6} {
 		out, err := runIn(h.netns, "ipset", nil, "list", set, "-output", "plain")
 		if err != nil {
 			return fmt.Errorf("node probe SNAT: %w", err)

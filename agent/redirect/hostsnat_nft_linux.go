@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Node-side probe SNAT, nftables flavour: table inet meshlet on the node
+// Node-side probe SNAT, nftables flavour: table inet meshlet (or
+// meshlet-<instance>: nodeNames) on the node
 // holds one set of enrolled pod addresses per family and a postrouting rule
 // that SNATs locally originated TCP (kubelet's probes) to those addresses
 // to the probe address the in-pod rules let through. A pod's enrollment
@@ -63,13 +64,13 @@ func hostConn(netnsFd int) (*nftables.Conn, error) {
 // newNftHostSNAT ensures the node table, sets and rule exist, keeping the
 // set elements already there (a restarted agent keeps probes working for
 // pods enrolled before). netnsFd -1 means the agent's own netns.
-func newNftHostSNAT(netnsFd int) (*nftHostSNAT, error) {
+func newNftHostSNAT(netnsFd int, table string) (*nftHostSNAT, error) {
 	c, err := hostConn(netnsFd)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
 	h := &nftHostSNAT{netns: netnsFd, conn: c,
-		table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}}
+		table: &nftables.Table{Name: table, Family: nftables.TableFamilyINet}}
 	h.set4 = &nftables.Set{Table: h.table, Name: hostSetV4, KeyType: nftables.TypeIPAddr}
 	h.set6 = &nftables.Set{Table: h.table, Name: hostSetV6, KeyType: nftables.TypeIP6Addr}
 	c.AddTable(h.table)
@@ -105,7 +106,7 @@ func newNftHostSNAT(netnsFd int) (*nftHostSNAT, error) {
 	}
 	if err := c.Flush(); err != nil {
 		_ = c.CloseLasting()
-		return nil, fmt.Errorf("nftables: set up node probe SNAT (table inet %s): %w", TableName, err)
+		return nil, fmt.Errorf("nftables: set up node probe SNAT (table inet %s): %w", table, err)
 	}
 	return h, nil
 }
@@ -181,7 +182,7 @@ func (h *nftHostSNAT) Uninstall() error {
 	err := h.conn.Flush()
 	_ = h.conn.CloseLasting()
 	if err != nil {
-		return fmt.Errorf("nftables: delete node table inet %s: %w", TableName, err)
+		return fmt.Errorf("nftables: delete node table inet %s: %w", h.table.Name, err)
 	}
 	return nil
 }

@@ -10,11 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TableName is the nftables table meshlet owns, in the pod's netns (family
-// inet) and on the node (family inet, for probe SNAT). Nothing else in a
-// netns is ever touched.
-const TableName = "meshlet"
-
 type chainSpec struct {
 	name     string
 	typ      nftables.ChainType

@@ -17,7 +17,7 @@ import (
 // too.
 func TestRetainKeepsPodsEnrolledMeanwhile(t *testing.T) {
 	host := netnstest.Open(t)
-	h, err := newNftHostSNAT(netnstest.Fd(t, host))
+	h, err := newNftHostSNAT(netnstest.Fd(t, host), TableName)
 	must(t, err)
 	leftover, enrolled := netip.MustParseAddr("192.0.2.20"), netip.MustParseAddr("192.0.2.21")
 	must(t, h.Add([]netip.Addr{leftover})) // a previous meshlet's pod, removed while none ran

@@ -30,6 +30,10 @@ type Config struct {
 	// default via New) means the agent's own. Tests pass a namespace of
 	// their own so the real node is never touched.
 	HostNetnsFd int
+	// Instance names this meshlet's node-side objects when several run on
+	// a node (one per Istio revision): empty, meshlet's own names; else
+	// names of their own (nodeNames), at most MaxInstanceLen characters.
+	Instance string
 }
 
 // DefaultConfig is nftables, IPv6 on, with the agent's own netns as the

@@ -29,7 +29,7 @@ func New(cfg Config) (*Redirector, error) {
 	switch cfg.Backend {
 	case BackendNftables, "":
 		r.backend = nftBackend{}
-		h, err := newNftHostSNAT(cfg.HostNetnsFd)
+		h, err := newNftHostSNAT(cfg.HostNetnsFd, cfg.nodeNames().table)
 		if err != nil {
 			return nil, err
 		}
@@ -40,7 +40,7 @@ func New(cfg Config) (*Redirector, error) {
 			return nil, err
 		}
 		r.backend = ipt
-		h, err := newIptablesHostSNAT(ipt, cfg.HostNetnsFd)
+		h, err := newIptablesHostSNAT(ipt, cfg.HostNetnsFd, cfg.nodeNames())
 		if err != nil {
 			return nil, err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdspb"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
+	"github.com/meshlet/meshlet/internal/unixsock"
 )
 
 const wait = 5 * time.Second
@@ -167,6 +168,13 @@ func TestSocketFile(t *testing.T) {
 	}
 	if fi.Mode().Type() != os.ModeSocket || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("socket mode %v, want a socket with 0600", fi.Mode())
+	}
+	connect(t, s)
+
+	// A socket something answers on (another meshlet given the same
+	// path) is never taken over.
+	if _, err := zds.Listen(zds.Config{SocketPath: path}); !errors.Is(err, unixsock.ErrInUse) {
+		t.Fatalf("Listen on a served socket: %v, want ErrInUse", err)
 	}
 	connect(t, s)
 

@@ -325,6 +325,8 @@ var configSamples = map[string]struct {
 	"cni-own-conflist":        {true, "true"},
 	"cni-plugin-binary":       {"/opt/meshlet/meshlet-cni", "/opt/meshlet/meshlet-cni"},
 	"dataplane-mode-label":    {"example.com/mesh", "example.com/mesh"},
+	"revision":                {"canary", "canary"},
+	"revisionless-pods":       {"skip", "skip"},
 	"gate-hook-binary":        {"/opt/meshlet/meshlet-gate", "/opt/meshlet/meshlet-gate"},
 	"gate-timeout":            {"1500ms", "1.5s"},
 }
@@ -376,7 +378,8 @@ func TestChartConfigFlags(t *testing.T) {
 			t.Errorf("config.%s: %v, want a refusal naming the value that sets it (or add it to configSamples)", name, err)
 		}
 	}
-	values, err := json.Marshal(map[string]any{"config": config})
+	// DRA off: config.revision needs it.
+	values, err := json.Marshal(map[string]any{"config": config, "dra": map[string]any{"enabled": false}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -913,4 +916,29 @@ func envValue(ds *appsv1.DaemonSet, name string) string {
 		}
 	}
 	return ""
+}
+
+// A release for one Istio revision: the rule to read the revision tags
+// (MutatingWebhookConfigurations, list and watch) is there only then, and
+// the DRA plugin, one per node, is refused with it.
+func TestChartRevision(t *testing.T) {
+	objs := render(t, "--set", "config.revision=canary", "--set", "dra.enabled=false")
+	cfg := daemonReads(t, only[*appsv1.DaemonSet](t, objs))
+	cfg.StateDir = t.TempDir()
+	if err := cfg.Validate(); err != nil || cfg.Policy.Revision != "canary" {
+		t.Errorf("the daemon reads revision %q from the release: %v", cfg.Policy.Revision, err)
+	}
+	rule := ruleFor(only[*rbacv1.ClusterRole](t, objs), "mutatingwebhookconfigurations")
+	if rule == nil || !slices.Equal(rule.APIGroups, []string{"admissionregistration.k8s.io"}) || !slices.Equal(rule.Verbs, []string{"list", "watch"}) || len(rule.ResourceNames) != 0 {
+		t.Errorf("mutatingwebhookconfigurations rule %+v, want list and watch", rule)
+	}
+	if ruleFor(only[*rbacv1.ClusterRole](t, render(t)), "mutatingwebhookconfigurations") != nil {
+		t.Error("without a revision: a mutatingwebhookconfigurations rule, want none")
+	}
+	if _, err := helm(t).Template(context.Background(), "--set", "config.revision=canary"); err == nil || !strings.Contains(err.Error(), "dra.enabled=false") {
+		t.Errorf("a revision with DRA on: %v, want a refusal naming dra.enabled=false", err)
+	}
+	if _, err := helm(t).Template(context.Background(), "--set", "config.revision=Canary", "--set", "dra.enabled=false"); err == nil || !strings.Contains(err.Error(), "revision") {
+		t.Errorf("revision Canary: %v, want the schema to refuse it", err)
+	}
 }

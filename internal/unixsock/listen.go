@@ -1,7 +1,8 @@
 // Package unixsock listens on the Unix sockets meshlet serves (ztunnel's
 // ZDS socket, the CNI plugin's socket, the local debug socket): directory created (and
-// removed again if listening fails), a stale socket replaced, anything
-// else at the path refused, the mode set, the file unlinked on close.
+// removed again if listening fails), a stale socket replaced, a live one
+// or anything else at the path refused, the mode set, the file unlinked
+// on close.
 package unixsock
 
 import (
@@ -11,7 +12,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 )
+
+// ErrInUse: a process listens on the socket path.
+var ErrInUse = errors.New("socket in use")
 
 // ListenPacket listens on a SEQPACKET socket at path with the given mode;
 // missing parent directories are created with dirPerm.
@@ -34,7 +39,7 @@ func listen(network, path string, dirPerm, mode fs.FileMode) (_ *net.UnixListene
 			undo()
 		}
 	}()
-	if err := removeStaleSocket(path); err != nil {
+	if err := removeStaleSocket(network, path); err != nil {
 		return nil, err
 	}
 	ln, err := net.ListenUnix(network, &net.UnixAddr{Name: path, Net: network})
@@ -49,9 +54,10 @@ func listen(network, path string, dirPerm, mode fs.FileMode) (_ *net.UnixListene
 	return ln, nil
 }
 
-// removeStaleSocket removes a leftover socket file; anything else at the
-// path is left alone and reported.
-func removeStaleSocket(path string) error {
+// removeStaleSocket removes a leftover socket file; a socket something
+// still answers on (another meshlet given the same path) and anything
+// else at the path are left alone and reported.
+func removeStaleSocket(network, path string) error {
 	fi, err := os.Lstat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -61,6 +67,10 @@ func removeStaleSocket(path string) error {
 	}
 	if fi.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("%s exists and is not a socket (%s); refusing to remove it", path, fi.Mode().Type())
+	}
+	if c, err := net.DialTimeout(network, path, time.Second); err == nil {
+		_ = c.Close()
+		return fmt.Errorf("%w: %s: another process (another meshlet?) serves it", ErrInUse, path)
 	}
 	if err := os.Remove(path); err != nil {
 		return fmt.Errorf("remove stale socket %s: %w", path, err)

@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +29,9 @@ type mesh struct {
 	meshlet *env.Meshlet
 	zt      *zdstest.Ztunnel
 	flags   []string
+	// healthAddr is the meshlet's --health-addr when flags give one of
+	// their own (a second meshlet on the node); empty: the environment's.
+	healthAddr string
 }
 
 func startMesh(t testing.TB, flags ...string) *mesh {
@@ -41,11 +46,16 @@ func startMeshIn(t testing.TB, e *env.Env, flags ...string) *mesh {
 		flags = []string{"--standalone"}
 	}
 	m := &mesh{t: t, env: e, socket: filepath.Join(t.TempDir(), "zt.sock"), flags: flags}
+	m.start()
+	return m
+}
+
+// start starts m's meshlet and connects its ztunnel stand-in; both stop
+// when the test ends.
+func (m *mesh) start() {
+	t := m.t
+	t.Helper()
 	m.startMeshlet()
-	m.connectZtunnel()
-	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		if m.zt != nil {
 			m.zt.Stop()
@@ -56,7 +66,10 @@ func startMeshIn(t testing.TB, e *env.Env, flags ...string) *mesh {
 			}
 		}
 	})
-	return m
+	m.connectZtunnel()
+	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (m *mesh) startMeshlet() {
@@ -64,6 +77,9 @@ func (m *mesh) startMeshlet() {
 	ml, err := m.env.StartMeshlet(m.socket, m.flags...)
 	if err != nil {
 		m.t.Fatal(err)
+	}
+	if m.healthAddr != "" {
+		ml.HealthURL = "http://" + m.healthAddr
 	}
 	m.meshlet = ml
 }
@@ -489,5 +505,23 @@ func testFailClosedWithoutMeshlet(t *testing.T, e *env.Env, _ matrixRuntime) {
 	}
 	if _, body, err := m.meshlet.Get("http://127.0.0.1:9881/metrics"); err != nil || !strings.Contains(body, "meshlet_late_enrollments_total 1") {
 		t.Fatalf("late enrollment not counted (%v):\n%s", err, body)
+	}
+}
+
+// getDebug decodes path from the debug socket of the meshlet whose
+// --state-dir is stateDir into v.
+func getDebug(t *testing.T, stateDir, path string, v any) {
+	t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", filepath.Join(stateDir, "debug.sock"))
+		}}}
+	resp, err := client.Get("http://meshlet" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("%s: %v", path, err)
 	}
 }

@@ -2,14 +2,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
-	"net"
-	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,36 +124,33 @@ func debugSettings(t *testing.T) (v struct {
 	} `json:"configMaps"`
 }) {
 	t.Helper()
-	sock := filepath.Join(theEnv(t).MeshletStateDir(), "debug.sock")
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-		}}}
-	resp, err := client.Get("http://meshlet/debug/settings")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		t.Fatal(err)
-	}
+	getDebug(t, theEnv(t).MeshletStateDir(), "/debug/settings", &v)
 	return v
 }
 
 // runAPIPod creates a pod object and the sandbox kubelet would create for
-// it (in a namespace that selects the mesh), and waits for its enrollment.
+// it, and returns its network namespace. The runtime's hook decides (and
+// enrolls) it before the sandbox is up.
 func runAPIPod(t *testing.T, c kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	_, info := runLabelledAPIPod(t, c, ns, name, nil)
+	return info.NetnsPath
+}
+
+// runLabelledAPIPod is runAPIPod for a pod with labels; it returns the
+// pod's UID and what the runtime says of its sandbox.
+func runLabelledAPIPod(t *testing.T, c kubernetes.Interface, ns, name string, labels map[string]string) (string, env.PodInfo) {
 	t.Helper()
 	ctx := context.Background()
 	p, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: corev1.PodSpec{NodeName: env.NodeName, AutomountServiceAccountToken: new(bool),
 			Containers: []corev1.Container{{Name: "app", Image: env.Image}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := theEnv(t).RunPod(env.PodSpec{Name: name, Namespace: ns, UID: string(p.UID)})
+	id, err := theEnv(t).RunPod(env.PodSpec{Name: name, Namespace: ns, UID: string(p.UID), Labels: labels})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +159,7 @@ func runAPIPod(t *testing.T, c kubernetes.Interface, ns, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return info.NetnsPath
+	return string(p.UID), info
 }
 
 // waitDNSRedirect waits until the pod's in-pod rules redirect its DNS to
