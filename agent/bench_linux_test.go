@@ -32,7 +32,8 @@ import (
 func BenchmarkEnrollSerial(b *testing.B) {
 	privtest.RequireRoot(b)
 	ctx := klog.NewContext(context.Background(), logr.Discard())
-	core, server, _ := realCore(ctx, b)
+	parts := realCore(ctx, b)
+	core, server := parts.core, parts.server
 	zt := &zdstest.Ztunnel{}
 	if err := zt.Start(server.Addr()); err != nil {
 		b.Fatal(err)

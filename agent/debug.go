@@ -141,8 +141,8 @@ func getDebug(ctx context.Context, client *http.Client, socket, endpoint string,
 // ConfigMap stands.
 func printSettings(w io.Writer, v debugSettings) error {
 	e := v.Effective
-	fmt.Fprintf(w, "\nsettings: dnsCapture=%t excludedNamespaces=%s deniedRuntimeHandlers=%s dataplaneModeLabel=%s enrollTimeout=%v logVerbosity=%d\n",
-		e.DNSCapture, strings.Join(e.ExcludedNamespaces, ","), strings.Join(e.DeniedRuntimeHandlers, ","), e.DataplaneModeLabel, e.EnrollTimeout, e.LogVerbosity)
+	fmt.Fprintf(w, "\nsettings: dnsCapture=%t ipv6=%t excludedNamespaces=%s deniedRuntimeHandlers=%s dataplaneModeLabel=%s enrollTimeout=%v logVerbosity=%d\n",
+		e.DNSCapture, e.IPv6, strings.Join(e.ExcludedNamespaces, ","), strings.Join(e.DeniedRuntimeHandlers, ","), e.DataplaneModeLabel, e.EnrollTimeout, e.LogVerbosity)
 	if e.EnablementSelectors != nil {
 		fmt.Fprintf(w, "enablement selectors (in place of the dataplane-mode label): %d\n", len(e.EnablementSelectors))
 		for _, s := range e.EnablementSelectors {

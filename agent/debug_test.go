@@ -34,7 +34,7 @@ func (fakePods) Record(uid string) (enroll.Record, bool) {
 }
 
 func TestDebugPodsAndStatus(t *testing.T) {
-	settings := debugSettings{Effective: nodesettings.Values{DNSCapture: false, ExcludedNamespaces: []string{"kube-system", "batch"},
+	settings := debugSettings{Effective: nodesettings.Values{DNSCapture: false, IPv6: true, ExcludedNamespaces: []string{"kube-system", "batch"},
 		DataplaneModeLabel: "istio.io/dataplane-mode", LogVerbosity: 2, EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)},
 		Sources: []debugSource{{ConfigMap: "meshlet-system/meshlet-settings", State: sourceInvalid, ResourceVersion: "12",
 			Error: "settings.yaml: dnsCapture: invalid", Gives: []string{"dnsCapture", "excludedNamespaces"}}}}
@@ -66,7 +66,7 @@ func TestDebugPodsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 2 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected",
-		"settings: dnsCapture=false excludedNamespaces=kube-system,batch", "enrollTimeout=1.5s logVerbosity=2",
+		"settings: dnsCapture=false ipv6=true excludedNamespaces=kube-system,batch", "enrollTimeout=1.5s logVerbosity=2",
 		"configmap meshlet-system/meshlet-settings: invalid (resourceVersion 12), gives dnsCapture,excludedNamespaces", "settings.yaml: dnsCapture: invalid"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("meshlet status lacks %q:\n%s", want, out.String())

@@ -57,7 +57,8 @@ func podFds(t *testing.T, pods []enroll.Pod) int {
 func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	privtest.RequireRoot(t)
 	_, ctx := ktesting.NewTestContext(t)
-	core, server, node := realCore(ctx, t)
+	parts := realCore(ctx, t)
+	core, server, node := parts.core, parts.server, parts.node
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
 	ip := func(s string) []netip.Addr { return []netip.Addr{netip.MustParseAddr(s)} }
 	pods := []enroll.Pod{

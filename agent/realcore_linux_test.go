@@ -15,13 +15,23 @@ import (
 	"github.com/meshlet/meshlet/internal/privtest"
 )
 
+// realParts are the core and the real parts realCore gave it.
+type realParts struct {
+	core   *enroll.Core
+	server *zds.Server
+	// node is the namespace standing for the node (probe SNAT).
+	node   *netns.Handle
+	redir  *redirect.Redirector
+	policy *policy.Policy
+}
+
 // realCore assembles the core as the daemon does, with real parts and no
 // runtime: a ZDS server serving on a socket of the test's own, nftables
 // redirection whose node side lives in a namespace of the test's own
 // (never the real node's tables), the netns opener and Istio's default
 // policy in standalone mode. Everything goes when tb ends; the ZDS server
 // stops with ctx or then, whichever comes first.
-func realCore(ctx context.Context, tb testing.TB) (core *enroll.Core, server *zds.Server, node *netns.Handle) {
+func realCore(ctx context.Context, tb testing.TB) realParts {
 	tb.Helper()
 	privtest.RequireRoot(tb)
 	ctx, cancel := context.WithCancel(ctx)
@@ -42,7 +52,7 @@ func realCore(ctx context.Context, tb testing.TB) (core *enroll.Core, server *zd
 	if err != nil {
 		tb.Fatal(err)
 	}
-	node = netnstest.Open(tb)
+	node := netnstest.Open(tb)
 	rcfg := redirect.DefaultConfig()
 	rcfg.HostNetnsFd = netnstest.Fd(tb, node)
 	redir, err := redirect.New(rcfg)
@@ -54,11 +64,11 @@ func realCore(ctx context.Context, tb testing.TB) (core *enroll.Core, server *zd
 	if err != nil {
 		tb.Fatal(err)
 	}
-	core, err = enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
+	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
 		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
 		enroll.Config{Defaults: DefaultConfig().PodDefaults})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return core, server, node
+	return realParts{core: core, server: server, node: node, redir: redir, policy: pol}
 }

@@ -61,6 +61,7 @@ func Run(ctx context.Context, cfg Config) error {
 	enrollTimeout.Store(int64(initial.EnrollTimeout))
 	podDefaults := cfg.PodDefaults
 	podDefaults.DNSCapture = initial.DNSCapture
+	cfg.Redirect.IPv6 = initial.IPv6
 	// Each component gets a lifetime of its own, so shutdown can be ordered;
 	// a component that fails cancels the root with its error as the cause.
 	root, fail := context.WithCancelCause(ctx)
@@ -198,8 +199,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6: []ipv6Setting{redir}}
+	if driver != nil {
+		targets.ipv6 = append(targets.ipv6, driver)
+	}
 	live.apply = func(ctx context.Context, v nodesettings.Values) {
-		applySettings(ctx, v, cfg, pol, core, &enrollTimeout)
+		targets.apply(ctx, v)
 		if api != nil {
 			// Through the label changes' path: debounced, after sync.
 			api.watcher.RequestReevaluation()

@@ -17,6 +17,8 @@ import (
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/policy"
+	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/draplugin"
 )
 
 // Where a settings source stands, as /debug/settings and the logs say it.
@@ -70,6 +72,7 @@ func flagValues(cfg Config) nodesettings.Values {
 		ExcludedNamespaces:    slices.Clone(cfg.Policy.ExcludedNamespaces),
 		DeniedRuntimeHandlers: slices.Clone(cfg.Policy.DeniedRuntimeHandlers),
 		DNSCapture:            cfg.PodDefaults.DNSCapture,
+		IPv6:                  cfg.Redirect.IPv6,
 		DataplaneModeLabel:    cfg.Policy.DataplaneModeLabel,
 		LogVerbosity:          cfg.LogVerbosity,
 		EnrollTimeout:         nodesettings.Duration(cfg.NRI.EnrollTimeout),
@@ -331,22 +334,44 @@ func policyConfig(base policy.Config, v nodesettings.Values) (policy.Config, err
 	return base, nil
 }
 
-// applySettings puts v into effect for what starts from now on: the
-// policy's share, the pods' default settings, the enroll timeout and the
-// log verbosity. Running pods follow when they are converged again
-// (Reevaluate).
-func applySettings(ctx context.Context, v nodesettings.Values, cfg Config, pol *policy.Policy, core *enroll.Core, enrollTimeout *atomic.Int64) {
+// ipv6Setting is a component that follows the node's IPv6 setting.
+type ipv6Setting interface{ SetIPv6(on bool) }
+
+var (
+	_ ipv6Setting = (*redirect.Redirector)(nil)
+	_ ipv6Setting = (*draplugin.Driver)(nil)
+)
+
+// settingsTargets are what the node settings apply to while meshlet runs.
+type settingsTargets struct {
+	cfg           Config
+	policy        *policy.Policy
+	core          *enroll.Core
+	enrollTimeout *atomic.Int64
+	// ipv6 are the redirector and, with DRA, the device's attributes.
+	ipv6 []ipv6Setting
+}
+
+// apply puts v into effect for what starts from now on: the policy's
+// share, the pods' default settings, IPv6 redirection (and the DRA
+// device's ipv6 attribute), the enroll timeout and the log verbosity.
+// Running pods follow when they are converged again (Reevaluate): those
+// whose settings or rules change are re-programmed.
+func (t settingsTargets) apply(ctx context.Context, v nodesettings.Values) {
 	logger := klog.FromContext(ctx)
 	// Documents are validated when read: these fail only on a bug.
-	if pc, err := policyConfig(cfg.Policy, v); err != nil {
+	if pc, err := policyConfig(t.cfg.Policy, v); err != nil {
 		logger.Error(err, "Node settings: the policy keeps its previous settings")
-	} else if err := pol.Update(pc); err != nil {
+	} else if err := t.policy.Update(pc); err != nil {
 		logger.Error(err, "Node settings: the policy keeps its previous settings")
 	}
-	defaults := cfg.PodDefaults
+	defaults := t.cfg.PodDefaults
 	defaults.DNSCapture = v.DNSCapture
-	core.SetDefaults(defaults)
-	enrollTimeout.Store(int64(v.EnrollTimeout))
+	t.core.SetDefaults(defaults)
+	for _, c := range t.ipv6 {
+		c.SetIPv6(v.IPv6)
+	}
+	t.enrollTimeout.Store(int64(v.EnrollTimeout))
 	if err := setLogVerbosity(v.LogVerbosity); err != nil {
 		logger.Error(err, "Node settings: the log verbosity stays as it was")
 	}

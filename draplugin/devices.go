@@ -32,7 +32,7 @@ func (d *Driver) resources(state NodeState) resourceslice.DriverResources {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"version":         {StringValue: ptr.To(d.deps.Version)},
 		"redirectBackend": {StringValue: ptr.To(d.deps.RedirectBackend)},
-		"ipv6":            {BoolValue: ptr.To(d.deps.IPv6)},
+		"ipv6":            {BoolValue: ptr.To(d.ipv6.Load())},
 	}
 	var taints []resourceapi.DeviceTaint
 	if !state.Ready {

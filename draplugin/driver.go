@@ -50,7 +50,8 @@ type Deps struct {
 	Claims   *claimstore.Store
 	Pods     PodLookup
 	Policy   Eligibility
-	// Attributes of the published devices.
+	// Attributes of the published devices; IPv6 as meshlet starts (it
+	// follows the node setting: SetIPv6).
 	Version, RedirectBackend string
 	IPv6                     bool
 	// ObservePrepare, if set, gets the duration of each Prepare call
@@ -87,6 +88,9 @@ type Driver struct {
 	state   NodeState
 	changed chan struct{}
 
+	// ipv6 is the devices' ipv6 attribute: the node's IPv6 setting.
+	ipv6 atomic.Bool
+
 	status *claimStatus
 	fail   context.CancelCauseFunc
 
@@ -115,6 +119,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, deps: deps, changed: make(chan struct{}), leading: make(chan struct{})}
 	d.state = NodeState{Reason: "starting", Message: "meshlet is starting"}
+	d.ipv6.Store(deps.IPv6)
 	d.status = newClaimStatus(d)
 	return d, nil
 }
@@ -186,6 +191,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	}
 	state := d.node.State()
 	d.setState(state)
+	ipv6 := d.ipv6.Load()
 	if err := helper.PublishResources(ctx, d.resources(state)); err != nil {
 		return fmt.Errorf("publish ResourceSlice: %w", err)
 	}
@@ -204,11 +210,20 @@ func (d *Driver) Run(ctx context.Context) error {
 		case <-tick.C:
 		}
 		next := d.node.State()
-		if !d.setState(next) {
+		changed := d.setState(next)
+		wasIPv6 := ipv6
+		ipv6 = d.ipv6.Load()
+		if !changed && ipv6 == wasIPv6 {
 			continue
 		}
 		if err := helper.PublishResources(ctx, d.resources(next)); err != nil {
 			return fmt.Errorf("publish ResourceSlice: %w", err)
+		}
+		if ipv6 != wasIPv6 {
+			logger.Info("Mesh device republished: the node's IPv6 setting changed", "driver", d.cfg.DriverName, "ipv6", ipv6)
+		}
+		if !changed {
+			continue
 		}
 		if next.Ready {
 			logger.Info("Mesh device untainted: the node can enroll pods", "driver", d.cfg.DriverName)
@@ -217,6 +232,11 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// SetIPv6 sets the devices' ipv6 attribute (the node's IPv6 setting); a
+// running plugin republishes the slice within PollInterval. Claims already
+// allocated keep their device: the attribute only guides new allocations.
+func (d *Driver) SetIPv6(on bool) { d.ipv6.Store(on) }
 
 // Serving is nil while the kubelet plugin serves (its registration socket
 // is up: the kubelet's plugin watcher registers it from there), else why

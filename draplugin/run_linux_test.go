@@ -2,6 +2,7 @@ package draplugin
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +20,8 @@ import (
 // kubelet side, registration and gRPC, is exercised on a real kubelet by
 // test/e2e's TestDRA): a standby registers and publishes nothing; once it
 // leads it publishes the node's device, tainted while the node cannot
-// enroll and untainted when it can; stopping taints it meshlet-stopped.
+// enroll and untainted when it can; a change of the node's IPv6 setting
+// is republished; stopping taints it meshlet-stopped.
 func TestRun(t *testing.T) {
 	root := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(root, "plugins_registry"), 0o755); err != nil {
@@ -29,7 +31,7 @@ func TestRun(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.KubeletRootDir = root
 	d, err := New(cfg, Deps{Client: client, NodeName: testNode, Claims: openStore(t, t.TempDir()), Pods: &fakePods{}, Policy: allowAll,
-		Version: "v1", RedirectBackend: "nftables"})
+		Version: "v1", RedirectBackend: "nftables", IPv6: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,6 +87,21 @@ func TestRun(t *testing.T) {
 	if !d.DeviceReady() {
 		t.Fatal("DeviceReady false while the device is published untainted")
 	}
+	wantIPv6 := func(want bool) {
+		t.Helper()
+		waitUntil(t, fmt.Sprintf("device attribute ipv6=%t", want), func() bool {
+			s := listSlices(t, client)
+			if len(s) != 1 || len(s[0].Spec.Devices) != 1 {
+				return false
+			}
+			v := s[0].Spec.Devices[0].Attributes["ipv6"].BoolValue
+			return v != nil && *v == want
+		})
+	}
+	wantIPv6(true)
+	d.SetIPv6(false)
+	wantIPv6(false)
+	wantTaint("") // the taint is as it was
 
 	cancel()
 	select {

@@ -31,6 +31,7 @@ func (o inodeOpener) Open(path string) (Netns, error) { return o.inodes[path], n
 type nopPorts struct{}
 
 func (nopPorts) Apply(context.Context, *Workload, *Record) (string, error) { return "", nil }
+func (nopPorts) Account(*Record) (string, error)                           { return "", nil }
 func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error      { return nil }
 func (nopPorts) AddWorkload(context.Context, *Workload, Handover) error    { return nil }
 func (nopPorts) DelWorkload(context.Context, string) error                 { return nil }

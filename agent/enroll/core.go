@@ -533,7 +533,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	rec := Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
 		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}
 
-	if old != nil && old.sameEnrollment(&rec) {
+	if old != nil && old.sameEnrollment(&rec) && c.rulesCurrent(ctx, pod, old) {
 		// The common case (Synchronize after a restart, the CreateContainer
 		// gate, watchers): nothing allocated, nothing changed.
 		_ = ns.Close()
@@ -607,6 +607,24 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	c.ports.Status.Report(s.ref(), RedirectionEnabled)
 	podDebug(ctx, pod, "Pod enrolled", "reason", d.Reason, "netnsInode", want.NetnsInode, "adopted", prior != nil)
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
+}
+
+// rulesCurrent reports whether an enrolled pod's rules are what the
+// redirector would install now. A pod the redirector would now refuse
+// (only IPv6 addresses, IPv6 turned off) keeps the rules it has: a running
+// pod is never taken out of the mesh by a node setting that cannot apply
+// to it; a new one is refused.
+func (c *Core) rulesCurrent(ctx context.Context, pod *Pod, w *Workload) bool {
+	account, err := c.ports.Redirector.Account(&w.Record)
+	if err != nil {
+		podLogger(ctx, pod).Info("Pod keeps its redirection: the node's settings would refuse it now", "redirection", w.Redirection, "reason", err.Error())
+		return true
+	}
+	if account != w.Redirection {
+		podDebug(ctx, pod, "Node settings changed the pod's redirection", "redirection", w.Redirection, "want", account)
+		return false
+	}
+	return true
 }
 
 // settings resolves the pod's settings: each field from the first source

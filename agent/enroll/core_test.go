@@ -338,6 +338,46 @@ func TestReevaluateNamespaceLabel(t *testing.T) {
 	wantCalls(t, h)
 }
 
+// TestNodeWideRedirectionChange: when the redirector would now install
+// other rules for an enrolled pod (a node-wide setting such as IPv6
+// changed), converging the pod again re-programs it; while the account is
+// the same nothing is touched; a pod the redirector would now refuse keeps
+// the rules it has.
+func TestNodeWideRedirectionChange(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+
+	h.redir.setNode(" ipv6=false", nil)
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	wantState(t, h, "a", StateEnrolled, "pod-label")
+	if rec, _ := h.core.Record("a"); rec.Redirection != "fake dns=true ipv6=false" {
+		t.Fatalf("record's redirection %q, want the new account", rec.Redirection)
+	}
+	// The same pod from the runtime again: nothing to do.
+	if res, err := h.core.Enroll(ctx, p); err != nil || res.Changed {
+		t.Fatalf("Enroll again = %+v, %v; want unchanged", res, err)
+	}
+	wantCalls(t, h)
+
+	h.redir.setNode(" ipv6=never", errors.New("pod has only IPv6 addresses"))
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h)
+	wantState(t, h, "a", StateEnrolled, "pod-label")
+}
+
 // TestPodOptOutByLabel: a running pod whose own label changes is released
 // by its next Enroll (the watcher calls Enroll with the updated pod).
 func TestPodOptOutByLabel(t *testing.T) {

@@ -200,6 +200,29 @@ type fakeRedirector struct {
 	inflight  map[string]int
 	maxPerPod int
 	hook      func(uid string) // called inside Apply, unlocked
+	// node stands for the redirector's node-wide settings: part of every
+	// account. refuse, when set, is what Account says of any pod.
+	node   string
+	refuse error
+}
+
+func (f *fakeRedirector) account(s Settings) string {
+	return fmt.Sprintf("fake dns=%t%s", s.DNSCapture, f.node)
+}
+
+func (f *fakeRedirector) Account(r *Record) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.refuse != nil {
+		return "", f.refuse
+	}
+	return f.account(r.Settings), nil
+}
+
+func (f *fakeRedirector) setNode(node string, refuse error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.node, f.refuse = node, refuse
 }
 
 func (f *fakeRedirector) Apply(_ context.Context, w *Workload, prior *Record) (string, error) {
@@ -217,7 +240,7 @@ func (f *fakeRedirector) Apply(_ context.Context, w *Workload, prior *Record) (s
 	if err := w.Netns.WithFd(func(int) error { return nil }); err != nil {
 		return "", err
 	}
-	redirection := fmt.Sprintf("fake dns=%t", w.Settings.DNSCapture)
+	redirection := f.account(w.Settings)
 	if prior != nil && prior.Redirection == redirection {
 		f.rec.add("adopt %s inode=%d", w.UID, w.NetnsInode)
 	} else {

@@ -78,6 +78,12 @@ type Redirector interface {
 	// Apply may keep the rules already in the pod if prior's Redirection is
 	// what it would install now and the rules are still there.
 	Apply(ctx context.Context, w *Workload, prior *Record) (string, error)
+	// Account returns what Apply would return for a pod with r's
+	// addresses and settings now, touching nothing. An enrolled pod whose
+	// record's Redirection differs is re-programmed when it is converged
+	// again: a node-wide setting of the redirector (IPv6) changed. An
+	// error says Apply would refuse such a pod now.
+	Account(r *Record) (string, error)
 	// Remove undoes Apply within scope. It must tolerate state that is
 	// already gone.
 	Remove(ctx context.Context, w *Workload, scope RemoveScope) error

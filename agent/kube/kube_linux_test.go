@@ -131,6 +131,7 @@ func (f *fakePorts) Open(path string) (enroll.Netns, error) {
 func (f *fakePorts) Apply(context.Context, *enroll.Workload, *enroll.Record) (string, error) {
 	return "", nil
 }
+func (f *fakePorts) Account(*enroll.Record) (string, error) { return "", nil }
 func (f *fakePorts) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error {
 	return nil
 }

@@ -26,6 +26,7 @@ type Document struct {
 	ExcludedNamespaces    *[]string             `json:"excludedNamespaces,omitempty"`
 	DeniedRuntimeHandlers *[]string             `json:"deniedRuntimeHandlers,omitempty"`
 	DNSCapture            *bool                 `json:"dnsCapture,omitempty"`
+	IPv6                  *bool                 `json:"ipv6,omitempty"`
 	DataplaneModeLabel    *string               `json:"dataplaneModeLabel,omitempty"`
 	EnablementSelectors   *[]EnablementSelector `json:"enablementSelectors,omitempty"`
 	LogVerbosity          *int                  `json:"logVerbosity,omitempty"`
@@ -117,6 +118,9 @@ func (d *Document) over(v *Values) {
 	if d.DNSCapture != nil {
 		v.DNSCapture = *d.DNSCapture
 	}
+	if d.IPv6 != nil {
+		v.IPv6 = *d.IPv6
+	}
 	if d.DataplaneModeLabel != nil {
 		v.DataplaneModeLabel = *d.DataplaneModeLabel
 	}
@@ -140,7 +144,7 @@ func (d *Document) Settings() []string {
 	var out []string
 	for name, set := range map[string]bool{
 		"excludedNamespaces": d.ExcludedNamespaces != nil, "deniedRuntimeHandlers": d.DeniedRuntimeHandlers != nil,
-		"dnsCapture": d.DNSCapture != nil, "dataplaneModeLabel": d.DataplaneModeLabel != nil,
+		"dnsCapture": d.DNSCapture != nil, "ipv6": d.IPv6 != nil, "dataplaneModeLabel": d.DataplaneModeLabel != nil,
 		"enablementSelectors": d.EnablementSelectors != nil, "logVerbosity": d.LogVerbosity != nil,
 		"enrollTimeout": d.EnrollTimeout != nil,
 	} {

@@ -20,6 +20,7 @@ func TestDecodeEverySetting(t *testing.T) {
 excludedNamespaces: [kube-system, monitoring]
 deniedRuntimeHandlers: [runsc]
 dnsCapture: false
+ipv6: false
 dataplaneModeLabel: example.com/mesh
 enablementSelectors:
 - podSelector:
@@ -35,19 +36,19 @@ enrollTimeout: 800ms
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags := Values{ExcludedNamespaces: []string{"kube-system"}, DNSCapture: true, DataplaneModeLabel: "istio.io/dataplane-mode",
+	flags := Values{ExcludedNamespaces: []string{"kube-system"}, DNSCapture: true, IPv6: true, DataplaneModeLabel: "istio.io/dataplane-mode",
 		LogVerbosity: 2, EnrollTimeout: Duration(1500 * time.Millisecond)}
 	got := Merge(flags, d)
 	if !slices.Equal(got.ExcludedNamespaces, []string{"kube-system", "monitoring"}) || !slices.Equal(got.DeniedRuntimeHandlers, []string{"runsc"}) ||
-		got.DNSCapture || got.DataplaneModeLabel != "example.com/mesh" || len(got.EnablementSelectors) != 2 ||
+		got.DNSCapture || got.IPv6 || got.DataplaneModeLabel != "example.com/mesh" || len(got.EnablementSelectors) != 2 ||
 		got.LogVerbosity != 4 || got.EnrollTimeout != Duration(800*time.Millisecond) {
 		t.Fatalf("merged: %+v", got)
 	}
-	if want := []string{"dataplaneModeLabel", "deniedRuntimeHandlers", "dnsCapture", "enablementSelectors", "enrollTimeout", "excludedNamespaces", "logVerbosity"}; !slices.Equal(d.Settings(), want) {
+	if want := []string{"dataplaneModeLabel", "deniedRuntimeHandlers", "dnsCapture", "enablementSelectors", "enrollTimeout", "excludedNamespaces", "ipv6", "logVerbosity"}; !slices.Equal(d.Settings(), want) {
 		t.Errorf("Settings() = %v, want %v", d.Settings(), want)
 	}
 	// The flags' values are not touched.
-	if !flags.DNSCapture || len(flags.ExcludedNamespaces) != 1 {
+	if !flags.DNSCapture || !flags.IPv6 || len(flags.ExcludedNamespaces) != 1 {
 		t.Errorf("Merge modified its base: %+v", flags)
 	}
 }
@@ -67,6 +68,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"wrong version", map[string]string{DataKey: "apiVersion: meshlet.dev/v1\nkind: NodeSettings\n"}, []string{DataKey}, "apiVersion: Invalid value"},
 		{"not yaml", map[string]string{DataKey: header + "dnsCapture: [\n"}, []string{DataKey}, "settings.yaml"},
 		{"wrong type", map[string]string{DataKey: header + "dnsCapture: maybe\n"}, []string{DataKey}, "dnsCapture"},
+		{"ipv6 not a boolean", map[string]string{DataKey: header + "ipv6: \"on\"\n"}, []string{DataKey}, "ipv6"},
 		{"bad namespace", map[string]string{DataKey: header + "excludedNamespaces: [ok, Not_OK]\n"}, []string{DataKey}, "excludedNamespaces[1]: Invalid value"},
 		{"duplicate namespace", map[string]string{DataKey: header + "excludedNamespaces: [a, b, a]\n"}, []string{DataKey}, "excludedNamespaces[2]: Duplicate value"},
 		{"bad handler", map[string]string{DataKey: header + "deniedRuntimeHandlers: [gVisor]\n"}, []string{DataKey}, "deniedRuntimeHandlers[0]: Invalid value"},
@@ -123,10 +125,11 @@ func TestDiff(t *testing.T) {
 	}
 	sel := []EnablementSelector{{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"a": "b"}}}}
 	n := old.Clone()
-	n.DNSCapture, n.ExcludedNamespaces, n.EnablementSelectors, n.EnrollTimeout = false, []string{"kube-system", "x"}, sel, Duration(500*time.Millisecond)
+	n.DNSCapture, n.IPv6, n.ExcludedNamespaces, n.EnablementSelectors, n.EnrollTimeout = false, true, []string{"kube-system", "x"}, sel, Duration(500*time.Millisecond)
 	want := []string{
 		"excludedNamespaces: [kube-system] -> [kube-system,x]",
 		"dnsCapture: true -> false",
+		"ipv6: false -> true",
 		"enablementSelectors: none (the dataplane-mode label selects) -> [pods {a=b} in namespaces (all)]",
 		"enrollTimeout: 1s -> 500ms",
 	}

@@ -13,6 +13,7 @@ func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		header,
 		header + "dnsCapture: false\n",
+		header + "ipv6: false\ndnsCapture: true\n",
 		header + "excludedNamespaces: [kube-system, monitoring]\ndeniedRuntimeHandlers: []\n",
 		header + "enablementSelectors:\n- podSelector:\n    matchLabels: {a: b}\n  namespaceSelector:\n    matchExpressions:\n    - {key: c, operator: Exists}\n",
 		header + "logVerbosity: 4\nenrollTimeout: 900ms\ndataplaneModeLabel: example.com/mesh\n",

@@ -25,6 +25,9 @@ type Values struct {
 	// DNSCapture is whether a pod's DNS goes to ztunnel when the pod does
 	// not say (annotation ambient.istio.io/dns-capture).
 	DNSCapture bool `json:"dnsCapture"`
+	// IPv6 is whether pods' IPv6 traffic is redirected (Istio's
+	// ambient.ipv6). Off, a pod with only IPv6 addresses is not enrolled.
+	IPv6 bool `json:"ipv6"`
 	// DataplaneModeLabel selects the mesh (value ambient) on pods and
 	// namespaces, or opts a pod out (none).
 	DataplaneModeLabel string `json:"dataplaneModeLabel"`
@@ -137,6 +140,7 @@ func Diff(old, new Values) []string {
 	add("excludedNamespaces", old.ExcludedNamespaces, new.ExcludedNamespaces, slices.Equal(old.ExcludedNamespaces, new.ExcludedNamespaces))
 	add("deniedRuntimeHandlers", old.DeniedRuntimeHandlers, new.DeniedRuntimeHandlers, slices.Equal(old.DeniedRuntimeHandlers, new.DeniedRuntimeHandlers))
 	add("dnsCapture", old.DNSCapture, new.DNSCapture, old.DNSCapture == new.DNSCapture)
+	add("ipv6", old.IPv6, new.IPv6, old.IPv6 == new.IPv6)
 	add("dataplaneModeLabel", old.DataplaneModeLabel, new.DataplaneModeLabel, old.DataplaneModeLabel == new.DataplaneModeLabel)
 	add("enablementSelectors", old.EnablementSelectors, new.EnablementSelectors,
 		(old.EnablementSelectors == nil) == (new.EnablementSelectors == nil) &&

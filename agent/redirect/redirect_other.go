@@ -28,6 +28,12 @@ func (*Redirector) Apply(context.Context, *enroll.Workload, *enroll.Record) (str
 	return "", errUnsupported
 }
 
+// Account is only implemented on Linux.
+func (*Redirector) Account(*enroll.Record) (string, error) { return "", errUnsupported }
+
+// SetIPv6 is only implemented on Linux.
+func (*Redirector) SetIPv6(bool) {}
+
 // Remove is only implemented on Linux.
 func (*Redirector) Remove(context.Context, *enroll.Workload, enroll.RemoveScope) error {
 	return errUnsupported

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	"k8s.io/klog/v2"
@@ -15,7 +16,9 @@ import (
 
 // Redirector implements the core's Redirector port.
 type Redirector struct {
-	cfg     Config
+	cfg Config
+	// ipv6 is the node's IPv6 setting now: Config.IPv6, then SetIPv6.
+	ipv6    atomic.Bool
 	backend podBackend
 	host    hostSNAT
 	probe   *probeSNAT // host, as enrollments change it
@@ -26,6 +29,7 @@ var _ enroll.Redirector = (*Redirector)(nil)
 // New sets up the node side (probe SNAT) and the chosen pod backend.
 func New(cfg Config) (*Redirector, error) {
 	r := &Redirector{cfg: cfg}
+	r.ipv6.Store(cfg.IPv6)
 	switch cfg.Backend {
 	case BackendNftables, "":
 		r.backend = nftBackend{}
@@ -103,7 +107,7 @@ func (nftBackend) present(fd int) (bool, error) { return hasNftTable(fd) }
 // per pod when a restarted agent adopts every running pod. Routing and
 // node SNAT are re-asserted (idempotent).
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
-	p, err := PlanFor(w.IPs, w.Settings, r.cfg.IPv6)
+	p, err := PlanFor(w.IPs, w.Settings, r.ipv6.Load())
 	if err != nil {
 		return "", err
 	}
@@ -115,6 +119,21 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 	}
 	return account, nil
 }
+
+// Account is what Apply would return for a pod with rec's addresses and
+// settings now.
+func (r *Redirector) Account(rec *enroll.Record) (string, error) {
+	p, err := PlanFor(rec.IPs, rec.Settings, r.ipv6.Load())
+	if err != nil {
+		return "", err
+	}
+	return r.account(p), nil
+}
+
+// SetIPv6 turns IPv6 redirection on or off for what Apply programs from
+// now on. Running pods follow as the core converges them again: their
+// account (Account) changes.
+func (r *Redirector) SetIPv6(on bool) { r.ipv6.Store(on) }
 
 // account is what a pod's record keeps of its rules: backend, rules
 // version and plan ("nftables/v1 ipv4+ipv6 dns-capture inbound-capture").

@@ -125,7 +125,7 @@ func PlanFor(ips []netip.Addr, s enroll.Settings, ipv6 bool) (Plan, error) {
 	case len(ips) == 0:
 		return p, ErrNoAddresses
 	case len(p.Families) == 0:
-		return p, fmt.Errorf("pod has only IPv6 addresses %v and IPv6 redirection is disabled (--ipv6=false)", ips)
+		return p, fmt.Errorf("pod has only IPv6 addresses %v and IPv6 redirection is off (the ipv6 node setting, --ipv6)", ips)
 	}
 	return p, nil
 }

@@ -35,7 +35,7 @@ func TestPlanFor(t *testing.T) {
 		{name: "bypass inbound", ips: []netip.Addr{podV4}, settings: enroll.Settings{BypassInbound: true, DNSCapture: true}, ipv6: false,
 			families: []Family{IPv4}, dns: true, inbound: false},
 		{name: "IPv6 only with IPv6 off", ips: []netip.Addr{podV6}, settings: enroll.Settings{DNSCapture: true}, ipv6: false,
-			err: "--ipv6=false"},
+			err: "ipv6 node setting"},
 		{name: "no addresses", ips: nil, settings: enroll.Settings{}, ipv6: true, err: ErrNoAddresses.Error()},
 	} {
 		t.Run(c.name, func(t *testing.T) {

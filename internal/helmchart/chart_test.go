@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -329,6 +330,43 @@ var configSamples = map[string]struct {
 	"revisionless-pods":       {"skip", "skip"},
 	"gate-hook-binary":        {"/opt/meshlet/meshlet-gate", "/opt/meshlet/meshlet-gate"},
 	"gate-timeout":            {"1500ms", "1.5s"},
+}
+
+// TestChartSchemaKnowsEveryNodeSetting: the schema of
+// nodeSettings.settings (which refuses a misspelt setting) takes exactly
+// the NodeSettings document's settings.
+func TestChartSchemaKnowsEveryNodeSetting(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, helmchart.ChartDir, "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			NodeSettings struct {
+				Properties struct {
+					Settings struct {
+						Properties map[string]json.RawMessage `json:"properties"`
+					} `json:"settings"`
+				} `json:"properties"`
+			} `json:"nodeSettings"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	keys := slices.Sorted(maps.Keys(schema.Properties.NodeSettings.Properties.Settings.Properties))
+	var settings []string
+	doc := reflect.TypeFor[nodesettings.Document]()
+	for i := range doc.NumField() {
+		name, _, _ := strings.Cut(doc.Field(i).Tag.Get("json"), ",")
+		if name != "apiVersion" && name != "kind" {
+			settings = append(settings, name)
+		}
+	}
+	slices.Sort(settings)
+	if !slices.Equal(keys, settings) {
+		t.Fatalf("values.schema.json nodeSettings.settings keys %v\nare not the NodeSettings document's settings %v", keys, settings)
+	}
 }
 
 // TestChartConfigFlags: the config map takes exactly the daemon's flags;

@@ -13,8 +13,8 @@ import (
 )
 
 // NewWithAddrs creates a namespace like New holding a pod's addresses, as
-// a CNI plugin leaves it: an interface eth0 (a veth whose peer stays in
-// the namespace, down), up, with ips.
+// the CNI plugins leave it: lo up (the loopback plugin), and an interface
+// eth0 (a veth whose peer stays in the namespace, down), up, with ips.
 // meshlet refuses to enroll a pod whose namespace does not hold its IPs.
 func NewWithAddrs(t testing.TB, ips ...netip.Addr) string {
 	t.Helper()
@@ -37,6 +37,13 @@ func addAddrs(ips []netip.Addr) error {
 		return err
 	}
 	defer nh.Close()
+	lo, err := nh.LinkByName("lo")
+	if err != nil {
+		return fmt.Errorf("lo: %w", err)
+	}
+	if err := nh.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
 	link := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "eth0-peer"}
 	if err := nh.LinkAdd(link); err != nil {
 		return fmt.Errorf("add eth0: %w", err)
