@@ -58,8 +58,9 @@ func pluginSource(cfg Config) (string, error) {
 	return filepath.Join(filepath.Dir(exe), install.PluginType), nil
 }
 
-// newCNIMode assembles CNI mode over the core.
-func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redirector) (*cnifallback.Fallback, error) {
+// newCNIMode assembles CNI mode over the core; excluded keeps meshlet-cni's
+// entry in step with the node settings.
+func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redirector, excluded *cniExclusions) (*cnifallback.Fallback, error) {
 	icfg, err := installConfig(cfg, true)
 	if err != nil {
 		return nil, err
@@ -77,6 +78,7 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redir
 	if err != nil {
 		return nil, err
 	}
+	excluded.attach(inst)
 	fb = cnifallback.New(cfg.CNI, cnifallback.Deps{Core: core, Installer: inst, Metrics: m,
 		DialRuntime: func(ctx context.Context) (cnifallback.Lister, error) {
 			if cfg.CNI.CRISocket != "" {

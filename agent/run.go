@@ -199,7 +199,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6: []ipv6Setting{redir}}
+	cniExcluded := newCNIExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
+	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6: []ipv6Setting{redir},
+		cniExcluded: cniExcluded}
 	if driver != nil {
 		targets.ipv6 = append(targets.ipv6, driver)
 	}
@@ -222,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 				if cfg.Policy.Revision != "" {
 					return nil, errors.New("the runtime has no NRI (--mode auto picked CNI mode), and --revision needs it: in CNI mode one meshlet-cni in the runtime's chain serves the node")
 				}
-				return newCNIMode(cfg, core, m, redir)
+				return newCNIMode(cfg, core, m, redir, cniExcluded)
 			}
 			removeStaleCNI(ctx, cfg)
 			nriCfg := cfg.NRI

@@ -350,11 +350,14 @@ type settingsTargets struct {
 	enrollTimeout *atomic.Int64
 	// ipv6 are the redirector and, with DRA, the device's attributes.
 	ipv6 []ipv6Setting
+	// cniExcluded is meshlet-cni's entry's share (CNI mode).
+	cniExcluded *cniExclusions
 }
 
 // apply puts v into effect for what starts from now on: the policy's
 // share, the pods' default settings, IPv6 redirection (and the DRA
-// device's ipv6 attribute), the enroll timeout and the log verbosity.
+// device's ipv6 attribute), the excluded namespaces in meshlet-cni's entry
+// (CNI mode), the enroll timeout and the log verbosity.
 // Running pods follow when they are converged again (Reevaluate): those
 // whose settings or rules change are re-programmed.
 func (t settingsTargets) apply(ctx context.Context, v nodesettings.Values) {
@@ -370,6 +373,9 @@ func (t settingsTargets) apply(ctx context.Context, v nodesettings.Values) {
 	t.core.SetDefaults(defaults)
 	for _, c := range t.ipv6 {
 		c.SetIPv6(v.IPv6)
+	}
+	if t.cniExcluded != nil {
+		t.cniExcluded.SetExcludedNamespaces(v.ExcludedNamespaces)
 	}
 	t.enrollTimeout.Store(int64(v.EnrollTimeout))
 	if err := setLogVerbosity(v.LogVerbosity); err != nil {

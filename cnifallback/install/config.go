@@ -44,8 +44,8 @@ type Config struct {
 	// plugin's default applies.
 	AgentTimeout time.Duration
 	// ExcludeNamespaces, when not empty, is the entry's excludeNamespaces,
-	// sorted and deduplicated (the daemon's --excluded-namespaces and
-	// ztunnel's namespace).
+	// sorted and deduplicated (the node's excluded namespaces and
+	// ztunnel's namespace); SetExcludeNamespaces changes it.
 	ExcludeNamespaces []string
 	// OwnConflist writes OwnConflistName, a copy of the primary conflist
 	// with meshlet chained, instead of editing the primary's file
@@ -58,7 +58,7 @@ type Config struct {
 	// OnReassert, if set, is called by Run after each pass that had to
 	// write (the conflist or the binary) with what triggered the pass
 	// ("start", "conf-dir", "bin-dir", "resync", "overflow", "watch",
-	// "poll", "retry") and the time from the trigger to the write being
+	// "poll", "retry", "settings": SetExcludeNamespaces) and the time from the trigger to the write being
 	// done: the reassert-latency metric. It runs on Run's goroutine, so it
 	// must be quick. Loop-guard back-offs are counted in Stats.
 	OnReassert func(trigger string, latency time.Duration)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,11 +21,13 @@ import (
 // Installer keeps meshlet-cni chained in the node's CNI config. Its
 // methods may be called from any goroutine; passes are serialised.
 type Installer struct {
-	cfg   Config
-	entry entry
+	cfg Config
 
-	mu       sync.Mutex // one pass (or Uninstall) at a time; guards the fields below
-	disabled bool       // Uninstall ran: Run stops re-asserting until Install
+	mu sync.Mutex // one pass (or Uninstall) at a time; guards the fields below
+	// entry is meshlet's entry as passes write it (SetExcludeNamespaces
+	// changes it).
+	entry    entry
+	disabled bool // Uninstall ran: Run stops re-asserting until Install
 	bin      binaryCache
 	skips    map[string]string // file → the skip reason last logged
 
@@ -38,6 +41,9 @@ type Installer struct {
 	now       func() time.Time
 	guard     guard
 	afterPass func(error) // Run calls it after each pass it tried
+
+	// entryChanged asks Run for a pass (SetExcludeNamespaces).
+	entryChanged chan struct{}
 }
 
 // New checks cfg and returns an Installer; nothing is touched until
@@ -58,7 +64,32 @@ func New(cfg Config) (*Installer, error) {
 		write: atomicfile.WriteWith,
 		now:   time.Now,
 		guard: defaultGuard,
+
+		entryChanged: make(chan struct{}, 1),
 	}, nil
+}
+
+// SetExcludeNamespaces replaces the entry's excludeNamespaces (the node's
+// excluded namespaces changed while meshlet runs): Run writes the entry at
+// once, and from then on the plugin lets pods of those namespaces start
+// while meshlet is away. It reports whether the entry changed: when the
+// list is the same, Run is not asked for a pass.
+func (in *Installer) SetExcludeNamespaces(namespaces []string) (changed bool) {
+	cfg := in.cfg
+	cfg.ExcludeNamespaces = namespaces
+	e := cfg.entry()
+	in.mu.Lock()
+	same := slices.Equal(e.ExcludeNamespaces, in.entry.ExcludeNamespaces)
+	in.entry = e
+	in.mu.Unlock()
+	if same {
+		return false
+	}
+	select {
+	case in.entryChanged <- struct{}{}:
+	default: // a pass is asked for already: it reads the new entry
+	}
+	return true
 }
 
 // Installed reports whether the last pass left meshlet chained in the

@@ -108,6 +108,8 @@ func (in *Installer) Run(ctx context.Context) error {
 			}
 		case <-poll:
 			r.request("poll", 0)
+		case <-in.entryChanged:
+			r.request("settings", 0)
 		case <-resync.C:
 			r.full = true
 			r.request("resync", 0)

@@ -2,9 +2,11 @@ package install
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -281,4 +283,60 @@ func TestRunHeldByUninstall(t *testing.T) {
 	}
 	renameOver(t, path, []byte(calicoList))
 	pollUntil(t, waitBound, "Run re-asserts again", func() bool { return fileChainedLast(path, testSocket) })
+}
+
+// TestRunSetExcludeNamespaces: the node's excluded namespaces change while
+// Run runs: the entry is rewritten with the new list at once (sorted,
+// deduplicated, under the trigger "settings"), and the same list again
+// writes nothing.
+func TestRunSetExcludeNamespaces(t *testing.T) {
+	e := newEnv(t)
+	path := e.conf("10-calico.conflist")
+	writeFile(t, path, []byte(calicoList), 0o644)
+	cfg := e.config()
+	triggers := make(chan string, 16)
+	cfg.OnReassert = func(trigger string, _ time.Duration) { triggers <- trigger }
+	in := newInstaller(t, cfg)
+	startRun(t, testCtx(t), in)
+	excluded := func() []string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Plugins []struct {
+				Type              string   `json:"type"`
+				ExcludeNamespaces []string `json:"excludeNamespaces"`
+			} `json:"plugins"`
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range list.Plugins {
+			if p.Type == PluginType {
+				return p.ExcludeNamespaces
+			}
+		}
+		return nil
+	}
+	pollUntil(t, waitBound, "first install", func() bool { return in.Installed() && fileChainedLast(path, testSocket) })
+	if got := <-triggers; got != "start" {
+		t.Fatalf("first pass's trigger %q", got)
+	}
+	if got := excluded(); !slices.Equal(got, []string{"istio-system", "kube-system"}) {
+		t.Fatalf("excludeNamespaces %v at start", got)
+	}
+
+	if !in.SetExcludeNamespaces([]string{"kube-system", "batch", "istio-system", "batch"}) {
+		t.Fatal("SetExcludeNamespaces with a new list: no change")
+	}
+	pollUntil(t, waitBound, "the new excludeNamespaces", func() bool {
+		return slices.Equal(excluded(), []string{"batch", "istio-system", "kube-system"})
+	})
+	if got := <-triggers; got != "settings" {
+		t.Fatalf("rewrite's trigger %q, want settings", got)
+	}
+	if in.SetExcludeNamespaces([]string{"istio-system", "batch", "kube-system"}) || len(in.entryChanged) != 0 {
+		t.Fatal("the same list again changed the entry or asked Run for a pass")
+	}
 }

@@ -150,6 +150,31 @@ func (cc *cniCluster) chained(file string) (bool, string) {
 	return n == 1 && last.Type == "meshlet-cni" && last.AgentSocket == cc.env.CNISocket(), string(b)
 }
 
+// excluded is the excludeNamespaces of meshlet-cni's entry in the primary
+// conflist, comma-separated.
+func (cc *cniCluster) excluded(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(cc.env.PrimaryConflist())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Plugins []struct {
+			Type              string   `json:"type"`
+			ExcludeNamespaces []string `json:"excludeNamespaces"`
+		} `json:"plugins"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		t.Fatalf("primary conflist: %v\n%s", err, b)
+	}
+	for _, p := range list.Plugins {
+		if p.Type == "meshlet-cni" {
+			return strings.Join(p.ExcludeNamespaces, ",")
+		}
+	}
+	return "(no meshlet-cni entry)"
+}
+
 // enrolledNow asserts the pod was enrolled before its sandbox returned:
 // ztunnel already has exactly its netns, and its rules are in place.
 func enrolledNow(t *testing.T, m *mesh, p *pod) {
@@ -193,15 +218,29 @@ func (m *mesh) metric(name string) float64 {
 // survives a primary CNI rewriting its conflist while pods start (with
 // --cni-own-conflist no pod even starts late); mesh
 // pods fail closed while meshlet is away (a restart, a node reboot with
-// the runtime back first) and are enrolled once it is back; uninstall-cni
-// gives the runtime its conflist back.
+// the runtime back first) and are enrolled once it is back, while pods of
+// the namespaces the node settings exclude start (meshlet-cni's entry
+// follows the settings' ConfigMap); uninstall-cni gives the runtime its
+// conflist back.
 func TestCNIMode(t *testing.T) {
 	cc := startCNICluster(t)
 	original, err := os.ReadFile(cc.env.PrimaryConflist())
 	if err != nil {
 		t.Fatal(err)
 	}
-	flags := []string{"--kubeconfig=" + cc.kubeconfig, "--dra=false"}
+	// The node settings exclude kube-system, as the flags do; below, plain
+	// too.
+	if _, err := cc.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshlet"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	settings := func(excluded string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "settings", Namespace: "meshlet"},
+			Data: map[string]string{"settings.yaml": "apiVersion: meshlet.dev/v1alpha1\nkind: NodeSettings\nexcludedNamespaces: " + excluded + "\n"}}
+	}
+	if _, err := cc.client.CoreV1().ConfigMaps("meshlet").Create(context.Background(), settings("[kube-system]"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	flags := []string{"--kubeconfig=" + cc.kubeconfig, "--dra=false", "--config-map=meshlet/settings"}
 	m := startMeshIn(t, cc.env, flags...)
 
 	if v := m.metric(`meshlet_mode{mode="cni"}`); v != 1 {
@@ -344,6 +383,19 @@ func TestCNIMode(t *testing.T) {
 		}
 	})
 
+	t.Run("node settings' excluded namespaces reach meshlet-cni's entry", func(t *testing.T) {
+		if got := cc.excluded(t); got != "istio-system,kube-system" {
+			t.Fatalf("meshlet-cni's excludeNamespaces %q, want istio-system,kube-system", got)
+		}
+		if _, err := cc.client.CoreV1().ConfigMaps("meshlet").Update(context.Background(), settings("[kube-system, plain]"), metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitForf(t, func() (bool, string) { return cc.excluded(t) == "istio-system,kube-system,plain", "" },
+			func() string {
+				return "meshlet-cni's excludeNamespaces istio-system,kube-system,plain; it is " + cc.excluded(t)
+			})
+	})
+
 	var kept *pod
 	t.Run("meshlet away: mesh pods fail closed, restart adopts", func(t *testing.T) {
 		kept = cc.mustRun(t, cc.apiPod(t, "mesh"))
@@ -360,9 +412,12 @@ func TestCNIMode(t *testing.T) {
 		if _, err := cc.runSandbox(refused); err == nil || !strings.Contains(err.Error(), "meshlet agent unreachable") {
 			t.Fatalf("mesh pod with meshlet stopped: sandbox error %v, want meshlet-cni's refusal (agent unreachable)", err)
 		}
-		// The mesh's own infrastructure starts without an agent.
-		if _, err := cc.runSandbox(cc.apiPod(t, "kube-system")); err != nil {
-			t.Fatalf("kube-system pod with meshlet stopped: %v", err)
+		// The mesh's own infrastructure starts without an agent, and so do
+		// the namespaces the node settings exclude.
+		for _, ns := range []string{"kube-system", "plain"} {
+			if _, err := cc.runSandbox(cc.apiPod(t, ns)); err != nil {
+				t.Fatalf("%s pod with meshlet stopped: %v", ns, err)
+			}
 		}
 		m.startMeshlet()
 		m.connectZtunnel()
