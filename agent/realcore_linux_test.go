@@ -33,6 +33,13 @@ type realParts struct {
 // stops with ctx or then, whichever comes first.
 func realCore(ctx context.Context, tb testing.TB) realParts {
 	tb.Helper()
+	return realCoreWith(ctx, tb, redirect.DefaultConfig().IPv6)
+}
+
+// realCoreWith is realCore with the redirector's IPv6 setting and a
+// previous agent's checkpointed records.
+func realCoreWith(ctx context.Context, tb testing.TB, ipv6 bool, checkpointed ...enroll.Record) realParts {
+	tb.Helper()
 	privtest.RequireRoot(tb)
 	ctx, cancel := context.WithCancel(ctx)
 	server, err := zds.Listen(zds.Config{SocketPath: filepath.Join(zdstest.SocketDir(tb), "z.sock")})
@@ -55,6 +62,7 @@ func realCore(ctx context.Context, tb testing.TB) realParts {
 	node := netnstest.Open(tb)
 	rcfg := redirect.DefaultConfig()
 	rcfg.HostNetnsFd = netnstest.Fd(tb, node)
+	rcfg.IPv6 = ipv6
 	redir, err := redirect.New(rcfg)
 	if err != nil {
 		tb.Fatal(err)
@@ -66,7 +74,7 @@ func realCore(ctx context.Context, tb testing.TB) realParts {
 	}
 	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
 		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
-		enroll.Config{Defaults: DefaultConfig().PodDefaults})
+		enroll.Config{Defaults: DefaultConfig().PodDefaults, Checkpointed: checkpointed})
 	if err != nil {
 		tb.Fatal(err)
 	}

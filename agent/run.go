@@ -200,10 +200,10 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	cniExcluded := newCNIExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
-	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6: []ipv6Setting{redir},
+	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6Followers: []ipv6Follower{redir},
 		cniExcluded: cniExcluded}
 	if driver != nil {
-		targets.ipv6 = append(targets.ipv6, driver)
+		targets.ipv6Followers = append(targets.ipv6Followers, driver)
 	}
 	live.apply = func(ctx context.Context, v nodesettings.Values) {
 		targets.apply(ctx, v)

@@ -334,12 +334,12 @@ func policyConfig(base policy.Config, v nodesettings.Values) (policy.Config, err
 	return base, nil
 }
 
-// ipv6Setting is a component that follows the node's IPv6 setting.
-type ipv6Setting interface{ SetIPv6(on bool) }
+// ipv6Follower is a component that follows the node's IPv6 setting.
+type ipv6Follower interface{ SetIPv6(on bool) }
 
 var (
-	_ ipv6Setting = (*redirect.Redirector)(nil)
-	_ ipv6Setting = (*draplugin.Driver)(nil)
+	_ ipv6Follower = (*redirect.Redirector)(nil)
+	_ ipv6Follower = (*draplugin.Driver)(nil)
 )
 
 // settingsTargets are what the node settings apply to while meshlet runs.
@@ -348,8 +348,9 @@ type settingsTargets struct {
 	policy        *policy.Policy
 	core          *enroll.Core
 	enrollTimeout *atomic.Int64
-	// ipv6 are the redirector and, with DRA, the device's attributes.
-	ipv6 []ipv6Setting
+	// ipv6Followers are the redirector and, with DRA, the device's
+	// attributes.
+	ipv6Followers []ipv6Follower
 	// cniExcluded is meshlet-cni's entry's share (CNI mode).
 	cniExcluded *cniExclusions
 }
@@ -371,7 +372,7 @@ func (t settingsTargets) apply(ctx context.Context, v nodesettings.Values) {
 	defaults := t.cfg.PodDefaults
 	defaults.DNSCapture = v.DNSCapture
 	t.core.SetDefaults(defaults)
-	for _, c := range t.ipv6 {
+	for _, c := range t.ipv6Followers {
 		c.SetIPv6(v.IPv6)
 	}
 	if t.cniExcluded != nil {

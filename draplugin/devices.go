@@ -26,13 +26,14 @@ func (d *Driver) deviceNames() []string {
 }
 
 // resources is the node's pool: one slice, its devices tainted NoSchedule
-// while the node cannot enroll. The shared device has no capacity, so a
+// while the node cannot enroll, with ipv6 (the node's IPv6 setting) as an
+// attribute. The shared device has no capacity, so a
 // request without an amount takes a share of nothing instead of all of it.
-func (d *Driver) resources(state NodeState) resourceslice.DriverResources {
+func (d *Driver) resources(state NodeState, ipv6 bool) resourceslice.DriverResources {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"version":         {StringValue: ptr.To(d.deps.Version)},
 		"redirectBackend": {StringValue: ptr.To(d.deps.RedirectBackend)},
-		"ipv6":            {BoolValue: ptr.To(d.ipv6.Load())},
+		"ipv6":            {BoolValue: ptr.To(ipv6)},
 	}
 	var taints []resourceapi.DeviceTaint
 	if !state.Ready {

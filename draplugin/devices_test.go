@@ -60,7 +60,7 @@ func TestResources(t *testing.T) {
 
 	t.Run("shared device", func(t *testing.T) {
 		d := newSlotsDriver(t, 0, NodeState{Ready: true})
-		devs := poolDevices(t, d.resources(NodeState{Ready: true}))
+		devs := poolDevices(t, d.resources(NodeState{Ready: true}, true))
 		if len(devs) != 1 || devs[0].Name != "mesh" {
 			t.Fatalf("devices %+v, want just mesh", devs)
 		}
@@ -75,7 +75,7 @@ func TestResources(t *testing.T) {
 
 	t.Run("slots", func(t *testing.T) {
 		d := newSlotsDriver(t, 3, NodeState{Ready: true})
-		devs := poolDevices(t, d.resources(NodeState{Ready: true}))
+		devs := poolDevices(t, d.resources(NodeState{Ready: true}, true))
 		var names []string
 		for _, dev := range devs {
 			names = append(names, dev.Name)
@@ -96,7 +96,7 @@ func TestResources(t *testing.T) {
 		for _, slots := range []int{0, 2} {
 			d := newSlotsDriver(t, slots, NodeState{Ready: true})
 			state := NodeState{Reason: "ztunnel-disconnected", Message: "no ztunnel is connected"}
-			devs := poolDevices(t, d.resources(state))
+			devs := poolDevices(t, d.resources(state, true))
 			if len(devs) != max(slots, 1) {
 				t.Fatalf("slots %d: %d devices", slots, len(devs))
 			}

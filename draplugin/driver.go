@@ -192,7 +192,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	state := d.node.State()
 	d.setState(state)
 	ipv6 := d.ipv6.Load()
-	if err := helper.PublishResources(ctx, d.resources(state)); err != nil {
+	if err := helper.PublishResources(ctx, d.resources(state, ipv6)); err != nil {
 		return fmt.Errorf("publish ResourceSlice: %w", err)
 	}
 	logger.Info("Publishing the node's mesh device", "devices", d.deviceNames(), "ready", state.Ready, "reason", state.Reason)
@@ -216,7 +216,7 @@ func (d *Driver) Run(ctx context.Context) error {
 		if !changed && ipv6 == wasIPv6 {
 			continue
 		}
-		if err := helper.PublishResources(ctx, d.resources(next)); err != nil {
+		if err := helper.PublishResources(ctx, d.resources(next, ipv6)); err != nil {
 			return fmt.Errorf("publish ResourceSlice: %w", err)
 		}
 		if ipv6 != wasIPv6 {
@@ -301,7 +301,7 @@ func (d *Driver) taintForStop(helper *kubeletplugin.Helper, logger klog.Logger) 
 	d.setState(stoppedState)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := helper.PublishResources(ctx, d.resources(stoppedState)); err != nil {
+	if err := helper.PublishResources(ctx, d.resources(stoppedState, d.ipv6.Load())); err != nil {
 		logger.Error(err, "Tainting the mesh device on stop")
 		return
 	}

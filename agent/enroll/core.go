@@ -533,9 +533,10 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	rec := Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
 		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}
 
-	if old != nil && old.sameEnrollment(&rec) && c.rulesCurrent(ctx, pod, old) {
+	if old != nil && old.NetnsInode == rec.NetnsInode && c.keepEnrollment(ctx, pod, old, &rec, h) {
 		// The common case (Synchronize after a restart, the CreateContainer
-		// gate, watchers): nothing allocated, nothing changed.
+		// gate, watchers): nothing allocated, nothing changed, and the
+		// redirector would install the same rules.
 		_ = ns.Close()
 		return Result{Enrolled: true, Reason: d.Reason}, nil
 	}
@@ -609,22 +610,31 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
 }
 
-// rulesCurrent reports whether an enrolled pod's rules are what the
-// redirector would install now. A pod the redirector would now refuse
-// (only IPv6 addresses, IPv6 turned off) keeps the rules it has: a running
-// pod is never taken out of the mesh by a node setting that cannot apply
-// to it; a new one is refused.
-func (c *Core) rulesCurrent(ctx context.Context, pod *Pod, w *Workload) bool {
-	account, err := c.ports.Redirector.Account(&w.Record)
-	if err != nil {
-		podLogger(ctx, pod).Info("Pod keeps its redirection: the node's settings would refuse it now", "redirection", w.Redirection, "reason", err.Error())
+// keepEnrollment reports whether an enrolled pod, converged again in the
+// same network namespace as rec, stays as it is: nothing about it changed
+// and the redirector would install the same rules now. A node-wide change
+// of the rules (the redirector's account differs: IPv6 turned on or off)
+// is made by Reevaluate, not inside a runtime's hook (HandoverNow), which
+// must stay short. A pod the redirector would refuse now (only IPv6
+// addresses, IPv6 off) keeps its enrollment whatever else changed: a
+// setting that cannot apply to a running pod never takes it out of the
+// mesh; a new one is refused.
+func (c *Core) keepEnrollment(ctx context.Context, pod *Pod, old *Workload, rec *Record, h Handover) bool {
+	account, err := c.ports.Redirector.Account(rec)
+	switch {
+	case err != nil:
+		podDebug(ctx, pod, "Pod keeps its enrollment: the node's settings would refuse it now", "redirection", old.Redirection, "err", err)
+		return true
+	case !old.sameEnrollment(rec):
+		return false
+	case account == old.Redirection:
+		return true
+	case h == HandoverNow:
+		podDebug(ctx, pod, "Node settings change the pod's redirection: left to the re-evaluation", "redirection", old.Redirection, "want", account)
 		return true
 	}
-	if account != w.Redirection {
-		podDebug(ctx, pod, "Node settings changed the pod's redirection", "redirection", w.Redirection, "want", account)
-		return false
-	}
-	return true
+	podDebug(ctx, pod, "Node settings changed the pod's redirection", "redirection", old.Redirection, "want", account)
+	return false
 }
 
 // settings resolves the pod's settings: each field from the first source

@@ -370,12 +370,43 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	}
 	wantCalls(t, h)
 
-	h.redir.setNode(" ipv6=never", errors.New("pod has only IPv6 addresses"))
+	// Inside a runtime's hook the change waits for the re-evaluation.
+	h.redir.setNode(" ipv6=true", nil)
+	if res, err := h.core.Enroll(ctx, p); err != nil || res.Changed {
+		t.Fatalf("Enroll in a hook after a node-wide change = %+v, %v; want unchanged", res, err)
+	}
+	wantCalls(t, h)
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+
+	// Refused now: kept, even when its own settings change too.
+	h.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.core.SetDefaults(Settings{DNSCapture: false})
 	if err := h.core.Reevaluate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h)
 	wantState(t, h, "a", StateEnrolled, "pod-label")
+	// A new pod is refused.
+	if _, err := h.core.Enroll(ctx, h.pod("new", 101, meshOn)); FailedStep(err) != StepRedirect {
+		t.Fatalf("Enroll of a new pod the redirector refuses = %v, want a redirect failure", err)
+	}
+	// A restarted core adopts the refused pod from its checkpoint as the
+	// redirector keeps it.
+	rec, _ := h.core.Record("a")
+	h2 := newHarness(t, rec)
+	h2.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))
+	h2.opener.set(p.NetnsPath, 100)
+	if err := h2.core.Reconcile(ctx, []Pod{p}); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h2, "keep a inode=100", "add a inode=100 sa=sa-name-a")
+	wantState(t, h2, "a", StateEnrolled, "pod-label")
 }
 
 // TestPodOptOutByLabel: a running pod whose own label changes is released

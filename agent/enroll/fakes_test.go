@@ -240,6 +240,15 @@ func (f *fakeRedirector) Apply(_ context.Context, w *Workload, prior *Record) (s
 	if err := w.Netns.WithFd(func(int) error { return nil }); err != nil {
 		return "", err
 	}
+	if f.refuse != nil {
+		// As the redirector: refused, unless a previous agent programmed
+		// the pod (its rules are kept).
+		if prior == nil {
+			return "", f.refuse
+		}
+		f.rec.add("keep %s inode=%d", w.UID, w.NetnsInode)
+		return prior.Redirection, nil
+	}
 	redirection := f.account(w.Settings)
 	if prior != nil && prior.Redirection == redirection {
 		f.rec.add("adopt %s inode=%d", w.UID, w.NetnsInode)

@@ -80,9 +80,10 @@ type Redirector interface {
 	Apply(ctx context.Context, w *Workload, prior *Record) (string, error)
 	// Account returns what Apply would return for a pod with r's
 	// addresses and settings now, touching nothing. An enrolled pod whose
-	// record's Redirection differs is re-programmed when it is converged
-	// again: a node-wide setting of the redirector (IPv6) changed. An
-	// error says Apply would refuse such a pod now.
+	// record's Redirection differs is re-programmed when Reevaluate
+	// converges it: a node-wide setting of the redirector (IPv6) changed.
+	// An error says Apply would refuse such a pod now (without a prior
+	// record): an enrolled one keeps its enrollment.
 	Account(r *Record) (string, error)
 	// Remove undoes Apply within scope. It must tolerate state that is
 	// already gone.

@@ -72,6 +72,13 @@ func checkGolden(t *testing.T, name, got string) {
 		}
 		return
 	}
+	compareGolden(t, name, got)
+}
+
+// compareGolden fails unless got is testdata/name.golden.
+func compareGolden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
 	want, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (run `go test ./agent/redirect -run '%s' -update` to create it; the kernel tests need root)", err, t.Name())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
 
@@ -51,16 +52,50 @@ func TestSetIPv6(t *testing.T) {
 				w.Redirection = applied
 				// iptables leaves the tables it created, empty, behind
 				// when the rules go (as it always has): not a difference.
-				checkGolden(t, golden+"_"+step.golden, withoutEmptyTables(rulesDump(t, pod, b))+routingDump(t, pod))
+				// Compared, never rewritten: TestGolden writes these files.
+				compareGolden(t, golden+"_"+step.golden, withoutEmptyTables(rulesDump(t, pod, b))+routingDump(t, pod))
 			}
 
 			r.SetIPv6(false)
-			v6only := podWorkload(podNetns(t), []netip.Addr{podV6}, enroll.Settings{DNSCapture: true})
+			v6pod := podNetns(t)
+			v6only := podWorkload(v6pod, []netip.Addr{podV6}, enroll.Settings{DNSCapture: true})
 			if _, err := r.Account(&v6only.Record); err == nil || !strings.Contains(err.Error(), "ipv6 node setting") {
 				t.Fatalf("Account of an IPv6-only pod with IPv6 off = %v; want an error naming the ipv6 node setting", err)
 			}
 			if _, err := r.Apply(ctx, v6only, nil); err == nil || !strings.Contains(err.Error(), "ipv6 node setting") {
 				t.Fatalf("Apply of an IPv6-only pod with IPv6 off = %v; want an error naming the ipv6 node setting", err)
+			}
+			if r.rulesPresent(netnstest.Fd(t, v6pod)) {
+				t.Fatal("the refused pod has rules")
+			}
+
+			// One a previous agent programmed with IPv6 on is kept as it
+			// is (a restart with IPv6 off), its rules put back as they were
+			// if they are gone.
+			r.SetIPv6(true)
+			programmed, err := r.Apply(ctx, v6only, nil)
+			must(t, err)
+			before := rulesDump(t, v6pod, b)
+			r.SetIPv6(false)
+			prior := v6only.Record
+			prior.Redirection = programmed
+			if kept, err := r.Apply(ctx, v6only, &prior); err != nil || kept != programmed {
+				t.Fatalf("Apply with the previous agent's record, IPv6 off = %q, %v; want its rules kept (%q)", kept, err, programmed)
+			}
+			if after := rulesDump(t, v6pod, b); after != before {
+				t.Fatalf("kept rules changed:\n--- before\n%s\n--- after\n%s", before, after)
+			}
+			must(t, r.Remove(ctx, v6only, enroll.RemoveAll))
+			if kept, err := r.Apply(ctx, v6only, &prior); err != nil || kept != programmed {
+				t.Fatalf("Apply with the previous agent's record, its rules gone, IPv6 off = %q, %v; want them put back (%q)", kept, err, programmed)
+			}
+			if after := rulesDump(t, v6pod, b); after != before {
+				t.Fatalf("rules put back differ:\n--- before\n%s\n--- after\n%s", before, after)
+			}
+			// A record of other rules is no reason to keep anything.
+			prior.Redirection = "nftables/v0 ipv6"
+			if _, err := r.Apply(ctx, v6only, &prior); err == nil || !strings.Contains(err.Error(), "ipv6 node setting") {
+				t.Fatalf("Apply with a record of other rules, IPv6 off = %v; want a refusal naming the ipv6 node setting", err)
 			}
 		})
 	}

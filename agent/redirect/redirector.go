@@ -25,6 +25,7 @@ type Config struct {
 	IptablesVariant IptablesVariant
 	// IPv6 programs IPv6 redirection for pods with IPv6 addresses (Istio's
 	// default: on). Off, a pod with only IPv6 addresses cannot be enrolled.
+	// It is the setting New starts with; SetIPv6 changes it.
 	IPv6 bool
 	// HostNetnsFd is the node's network namespace for probe SNAT; -1 (the
 	// default via New) means the agent's own. Tests pass a namespace of

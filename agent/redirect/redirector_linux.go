@@ -106,10 +106,14 @@ func (nftBackend) present(fd int) (bool, error) { return hasNftTable(fd) }
 // in the pod, the rules are kept: rewriting them costs an RCU grace period
 // per pod when a restarted agent adopts every running pod. Routing and
 // node SNAT are re-asserted (idempotent).
+//
+// A pod the node's settings would refuse now (only IPv6 addresses, IPv6
+// off) is refused, unless prior says a previous agent programmed it and
+// its rules are still there: then they are kept (see keepRefused).
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
 	p, err := PlanFor(w.IPs, w.Settings, r.ipv6.Load())
 	if err != nil {
-		return "", err
+		return r.keepRefused(ctx, w, prior, err)
 	}
 	account := r.account(p)
 	adoptable := prior != nil && prior.Redirection == account
@@ -118,6 +122,29 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 		return "", err
 	}
 	return account, nil
+}
+
+// keepRefused adopts, as a previous agent left it, a running pod whose
+// rules the node's settings would refuse now: IPv6 was on when that agent
+// programmed the pod, and is off now. Its rules stay (or, where they are
+// gone or the backend cannot tell, are written as that agent wrote them),
+// routing and node SNAT are re-asserted, and the account is prior's: a
+// setting that cannot apply to a running pod does not take it out of the
+// mesh across a restart either. Any other pod gets refusal.
+func (r *Redirector) keepRefused(ctx context.Context, w *enroll.Workload, prior *enroll.Record, refusal error) (string, error) {
+	if prior == nil {
+		return "", refusal
+	}
+	p, err := PlanFor(w.IPs, w.Settings, true)
+	if err != nil || r.account(p) != prior.Redirection {
+		return "", refusal
+	}
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, true) })
+	if err != nil {
+		return "", err
+	}
+	klog.FromContext(ctx).Info("Kept the redirection of a running pod the node's settings would refuse now", "redirection", prior.Redirection, "reason", refusal)
+	return prior.Redirection, nil
 }
 
 // Account is what Apply would return for a pod with rec's addresses and
