@@ -67,7 +67,9 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redir
 	}
 	var fb *cnifallback.Fallback
 	icfg.OnReassert = func(trigger string, _ time.Duration) {
-		if trigger != "start" { // the first install is not a re-assert
+		// The first install is not a re-assert, nor a rewrite for new
+		// node settings.
+		if trigger != "start" && trigger != "settings" {
 			m.cniReasserts.Inc()
 		}
 		// A pod set up while the entry was missing started outside the

@@ -533,12 +533,18 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	rec := Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
 		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}
 
-	if old != nil && old.NetnsInode == rec.NetnsInode && c.keepEnrollment(ctx, pod, old, &rec, h) {
-		// The common case (Synchronize after a restart, the CreateContainer
-		// gate, watchers): nothing allocated, nothing changed, and the
-		// redirector would install the same rules.
-		_ = ns.Close()
-		return Result{Enrolled: true, Reason: d.Reason}, nil
+	// keepRules: only the pod's identity changed, and its rules stay as
+	// they are (see keepEnrollment).
+	keepRules := false
+	if old != nil && old.NetnsInode == rec.NetnsInode {
+		var keep bool
+		if keep, keepRules = c.keepEnrollment(ctx, pod, old, &rec, h); keep {
+			// The common case (Synchronize after a restart, the
+			// CreateContainer gate, watchers): nothing allocated, nothing
+			// changed, and the redirector would install the same rules.
+			_ = ns.Close()
+			return Result{Enrolled: true, Reason: d.Reason}, nil
+		}
 	}
 	// A namespace without the pod's IPs is not the pod's (a runtime or
 	// CNI fault): rules there would capture some other traffic, and
@@ -563,7 +569,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		// only node-side state is removed. Same netns with new settings:
 		// take the old rules out before putting the new ones in.
 		scope := RemoveHostOnly
-		if old.NetnsInode == want.NetnsInode {
+		if old.NetnsInode == want.NetnsInode && !keepRules {
 			scope = RemoveAll
 		}
 		podDebug(ctx, pod, "Pod changed, re-enrolling", "oldNetnsInode", old.NetnsInode, "netnsInode", want.NetnsInode)
@@ -578,7 +584,17 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 
 	c.setState(s, StatePending, d.Reason)
 	var prior *Record
-	if s.checkpointed != nil && s.checkpointed.sameRules(&want.Record) {
+	switch {
+	case keepRules:
+		prior = &old.Record
+	case s.checkpointed != nil && s.checkpointed.sameRules(&want.Record):
+		prior = s.checkpointed
+	case s.checkpointed != nil && s.checkpointed.sameAddrs(&want.Record) && c.refused(&want.Record):
+		// The redirector would refuse the pod with its settings now (only
+		// IPv6 addresses, IPv6 off) and they changed while no agent ran:
+		// adopted with the settings its rules were written with, as a
+		// running meshlet keeps it.
+		want.Settings = s.checkpointed.Settings
 		prior = s.checkpointed
 	}
 	s.checkpointed = nil // one chance: after this the pod's rules are this agent's
@@ -615,26 +631,42 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 // and the redirector would install the same rules now. A node-wide change
 // of the rules (the redirector's account differs: IPv6 turned on or off)
 // is made by Reevaluate, not inside a runtime's hook (HandoverNow), which
-// must stay short. A pod the redirector would refuse now (only IPv6
-// addresses, IPv6 off) keeps its enrollment whatever else changed: a
-// setting that cannot apply to a running pod never takes it out of the
-// mesh; a new one is refused.
-func (c *Core) keepEnrollment(ctx context.Context, pod *Pod, old *Workload, rec *Record, h Handover) bool {
+// must stay short.
+//
+// A pod the redirector would refuse now (only IPv6 addresses, IPv6 off)
+// keeps its rules: a setting that cannot apply to a running pod never
+// takes it out of the mesh (a new one is refused). If only its identity
+// changed, it is handed to ztunnel again with its rules as they are
+// (keepRules); if its settings or addresses changed, it stays as it is.
+func (c *Core) keepEnrollment(ctx context.Context, pod *Pod, old *Workload, rec *Record, h Handover) (keep, keepRules bool) {
 	account, err := c.ports.Redirector.Account(rec)
 	switch {
-	case err != nil:
+	case err != nil && old.sameEnrollment(rec):
 		podDebug(ctx, pod, "Pod keeps its enrollment: the node's settings would refuse it now", "redirection", old.Redirection, "err", err)
-		return true
+		return true, false
+	case err != nil && old.sameRules(rec):
+		return false, true
+	case err != nil:
+		podDebug(ctx, pod, "Pod keeps its enrollment as it is: its settings or addresses changed, and the node's settings would refuse it now",
+			"redirection", old.Redirection, "err", err)
+		return true, false
 	case !old.sameEnrollment(rec):
-		return false
+		return false, false
 	case account == old.Redirection:
-		return true
+		return true, false
 	case h == HandoverNow:
 		podDebug(ctx, pod, "Node settings change the pod's redirection: left to the re-evaluation", "redirection", old.Redirection, "want", account)
-		return true
+		return true, false
 	}
 	podDebug(ctx, pod, "Node settings changed the pod's redirection", "redirection", old.Redirection, "want", account)
-	return false
+	return false, false
+}
+
+// refused reports whether the redirector would refuse a pod with rec's
+// addresses and settings now.
+func (c *Core) refused(rec *Record) bool {
+	_, err := c.ports.Redirector.Account(rec)
+	return err != nil
 }
 
 // settings resolves the pod's settings: each field from the first source

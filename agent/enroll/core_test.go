@@ -407,6 +407,29 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	}
 	wantCalls(t, h2, "keep a inode=100", "add a inode=100 sa=sa-name-a")
 	wantState(t, h2, "a", StateEnrolled, "pod-label")
+
+	// Its identity changed (here: its name): ztunnel gets it again, its
+	// rules stay.
+	renamed := p
+	renamed.Name = "renamed"
+	if _, err := h2.core.Enroll(ctx, renamed); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h2, "del a", "remove a inode=100 scope=host", "keep a inode=100", "add a inode=100 sa=sa-renamed")
+
+	// Restarted after the pod's settings changed while no agent ran: the
+	// pod keeps the settings its rules were written with.
+	h3 := newHarness(t, rec)
+	h3.core.SetDefaults(Settings{DNSCapture: false})
+	h3.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))
+	h3.opener.set(p.NetnsPath, 100)
+	if err := h3.core.Reconcile(ctx, []Pod{p}); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h3, "keep a inode=100", "add a inode=100 sa=sa-name-a")
+	if got, _ := h3.core.Record("a"); !got.Settings.DNSCapture {
+		t.Fatalf("adopted record's settings %+v, want the checkpoint's (dnsCapture true)", got.Settings)
+	}
 }
 
 // TestPodOptOutByLabel: a running pod whose own label changes is released

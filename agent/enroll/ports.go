@@ -73,10 +73,13 @@ const (
 type Redirector interface {
 	// Apply installs the pod's redirection, all or nothing, and returns its
 	// account of what it installed (kept as the record's Redirection).
-	// prior, when not nil, is the record a previous agent checkpointed for
-	// this pod with the same network namespace, addresses and settings:
-	// Apply may keep the rules already in the pod if prior's Redirection is
-	// what it would install now and the rules are still there.
+	// prior, when not nil, is the record of the rules already in the pod's
+	// network namespace: a previous agent's, checkpointed with the same
+	// addresses and settings (or, for a pod Apply would refuse now, with
+	// the settings the core then gives the pod), or this agent's when only
+	// the pod's identity changed. Apply may keep those rules if prior's
+	// Redirection is what it would install now and the rules are still
+	// there; a pod it would refuse now it adopts as prior says.
 	Apply(ctx context.Context, w *Workload, prior *Record) (string, error)
 	// Account returns what Apply would return for a pod with r's
 	// addresses and settings now, touching nothing. An enrolled pod whose

@@ -139,8 +139,13 @@ func (r *Record) sameEnrollment(o *Record) bool {
 // network namespace, addresses and settings (identity does not matter to
 // the rules).
 func (r *Record) sameRules(o *Record) bool {
-	return r.UID == o.UID && r.NetnsInode == o.NetnsInode && r.Settings == o.Settings &&
-		slices.Equal(r.IPs, o.IPs)
+	return r.sameAddrs(o) && r.Settings == o.Settings
+}
+
+// sameAddrs reports whether r and o are the same pod in the same network
+// namespace with the same addresses.
+func (r *Record) sameAddrs(o *Record) bool {
+	return r.UID == o.UID && r.NetnsInode == o.NetnsInode && slices.Equal(r.IPs, o.IPs)
 }
 
 // Workload is an enrolled pod as the ports see it: its record and its

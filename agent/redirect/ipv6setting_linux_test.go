@@ -92,10 +92,21 @@ func TestSetIPv6(t *testing.T) {
 			if after := rulesDump(t, v6pod, b); after != before {
 				t.Fatalf("rules put back differ:\n--- before\n%s\n--- after\n%s", before, after)
 			}
-			// A record of other rules is no reason to keep anything.
-			prior.Redirection = "nftables/v0 ipv6"
+			// An older meshlet's rules of the same plan are rewritten as
+			// this one writes them; a record of another plan is no reason
+			// to keep anything.
+			backend, plan, _ := strings.Cut(programmed, " ")
+			backend, _, _ = strings.Cut(backend, "/")
+			prior.Redirection = backend + "/v0 " + plan
+			if kept, err := r.Apply(ctx, v6only, &prior); err != nil || kept != programmed {
+				t.Fatalf("Apply with an older meshlet's record, IPv6 off = %q, %v; want this one's rules (%q)", kept, err, programmed)
+			}
+			if after := rulesDump(t, v6pod, b); after != before {
+				t.Fatalf("rewritten rules differ:\n--- before\n%s\n--- after\n%s", before, after)
+			}
+			prior.Redirection = backend + "/v1 ipv6 inbound-capture"
 			if _, err := r.Apply(ctx, v6only, &prior); err == nil || !strings.Contains(err.Error(), "ipv6 node setting") {
-				t.Fatalf("Apply with a record of other rules, IPv6 off = %v; want a refusal naming the ipv6 node setting", err)
+				t.Fatalf("Apply with a record of another plan, IPv6 off = %v; want a refusal naming the ipv6 node setting", err)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -130,21 +131,36 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 // gone or the backend cannot tell, are written as that agent wrote them),
 // routing and node SNAT are re-asserted, and the account is prior's: a
 // setting that cannot apply to a running pod does not take it out of the
-// mesh across a restart either. Any other pod gets refusal.
+// mesh across a restart either. Rules an older meshlet wrote (another
+// RulesVersion, the same backend and plan) are rewritten as this one
+// writes that plan. Any other pod gets refusal.
 func (r *Redirector) keepRefused(ctx context.Context, w *enroll.Workload, prior *enroll.Record, refusal error) (string, error) {
 	if prior == nil {
 		return "", refusal
 	}
 	p, err := PlanFor(w.IPs, w.Settings, true)
-	if err != nil || r.account(p) != prior.Redirection {
+	if err != nil {
 		return "", refusal
 	}
-	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, true) })
+	account := r.account(p)
+	same := prior.Redirection == account
+	if !same && !r.samePlan(prior.Redirection, p) {
+		return "", refusal
+	}
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, same) })
 	if err != nil {
 		return "", err
 	}
-	klog.FromContext(ctx).Info("Kept the redirection of a running pod the node's settings would refuse now", "redirection", prior.Redirection, "reason", refusal)
-	return prior.Redirection, nil
+	klog.FromContext(ctx).Info("Kept the redirection of a running pod the node's settings would refuse now", "redirection", account, "previous", prior.Redirection, "reason", refusal)
+	return account, nil
+}
+
+// samePlan reports whether account (a record's Redirection, of any rules
+// version) is this redirector's backend with plan p.
+func (r *Redirector) samePlan(account string, p Plan) bool {
+	head, plan, ok := strings.Cut(account, " ")
+	backend, _, _ := strings.Cut(head, "/")
+	return ok && Backend(backend) == r.backendName() && plan == p.String()
 }
 
 // Account is what Apply would return for a pod with rec's addresses and
@@ -165,11 +181,15 @@ func (r *Redirector) SetIPv6(on bool) { r.ipv6.Store(on) }
 // account is what a pod's record keeps of its rules: backend, rules
 // version and plan ("nftables/v1 ipv4+ipv6 dns-capture inbound-capture").
 func (r *Redirector) account(p Plan) string {
-	backend := r.cfg.Backend
-	if backend == "" {
-		backend = BackendNftables
+	return fmt.Sprintf("%s/v%d %s", r.backendName(), RulesVersion, p)
+}
+
+// backendName is the pod backend's name in accounts.
+func (r *Redirector) backendName() Backend {
+	if r.cfg.Backend == "" {
+		return BackendNftables
 	}
-	return fmt.Sprintf("%s/v%d %s", backend, RulesVersion, p)
+	return r.cfg.Backend
 }
 
 func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan, adoptable bool) error {

@@ -109,7 +109,7 @@ func (in *Installer) Run(ctx context.Context) error {
 		case <-poll:
 			r.request("poll", 0)
 		case <-in.entryChanged:
-			r.request("settings", 0)
+			r.request(triggerSettings, 0)
 		case <-resync.C:
 			r.full = true
 			r.request("resync", 0)
@@ -119,6 +119,9 @@ func (in *Installer) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// triggerSettings names the passes SetExcludeNamespaces asks for.
+const triggerSettings = "settings"
 
 // runner is Run's state; only Run's goroutine touches it.
 type runner struct {
@@ -237,7 +240,9 @@ func (r *runner) runPass(ctx context.Context) {
 		if !out.Wrote {
 			file = r.in.binaryPath()
 		}
-		r.noteWrite(now, file)
+		if r.trigger != triggerSettings { // meshlet's own change, not a fight
+			r.noteWrite(now, file)
+		}
 		return
 	}
 	if r.pruneWrites(now) == 0 {
