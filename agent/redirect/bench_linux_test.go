@@ -149,3 +149,19 @@ func benchHostSNATUpdate(b *testing.B, others int) {
 	}
 	latency.Report(b, lat)
 }
+
+// BenchmarkAccount: what re-deciding an enrolled pod (the CreateContainer
+// gate, Synchronize, the watchers) now adds to the no-op path: the
+// account the redirector would give the pod, compared with its record's.
+func BenchmarkAccount(b *testing.B) {
+	r := &Redirector{cfg: DefaultConfig()}
+	r.ipv6.Store(true)
+	r.fillAccounts()
+	rec := &enroll.Record{IPs: []netip.Addr{podV4, podV6}, Settings: enroll.Settings{DNSCapture: true}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := r.Account(rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

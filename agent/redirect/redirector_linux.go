@@ -19,10 +19,14 @@ import (
 type Redirector struct {
 	cfg Config
 	// ipv6 is the node's IPv6 setting now: Config.IPv6, then SetIPv6.
-	ipv6    atomic.Bool
-	backend podBackend
-	host    hostSNAT
-	probe   *probeSNAT // host, as enrollments change it
+	ipv6 atomic.Bool
+	// accounts are the accounts of every plan, by planIndex: Account runs
+	// on the no-op path of every re-decision of an enrolled pod (the
+	// CreateContainer gate, Synchronize, the watchers).
+	accounts [16]string
+	backend  podBackend
+	host     hostSNAT
+	probe    *probeSNAT // host, as enrollments change it
 }
 
 var _ enroll.Redirector = (*Redirector)(nil)
@@ -31,6 +35,7 @@ var _ enroll.Redirector = (*Redirector)(nil)
 func New(cfg Config) (*Redirector, error) {
 	r := &Redirector{cfg: cfg}
 	r.ipv6.Store(cfg.IPv6)
+	r.fillAccounts()
 	switch cfg.Backend {
 	case BackendNftables, "":
 		r.backend = nftBackend{}
@@ -166,11 +171,41 @@ func (r *Redirector) samePlan(account string, p Plan) bool {
 // Account is what Apply would return for a pod with rec's addresses and
 // settings now.
 func (r *Redirector) Account(rec *enroll.Record) (string, error) {
-	p, err := PlanFor(rec.IPs, rec.Settings, r.ipv6.Load())
-	if err != nil {
+	ipv6 := r.ipv6.Load()
+	has4, has6 := families(rec.IPs)
+	if !has4 && !(has6 && ipv6) {
+		_, err := PlanFor(rec.IPs, rec.Settings, ipv6) // the refusal, as Apply words it
 		return "", err
 	}
-	return r.account(p), nil
+	return r.accounts[planIndex(has4, has6 && ipv6, rec.Settings.DNSCapture, !rec.Settings.BypassInbound)], nil
+}
+
+// planIndex numbers a plan by what it holds: IPv4, IPv6, DNS capture,
+// inbound capture.
+func planIndex(v4, v6, dns, inbound bool) int {
+	i := 0
+	for bit, set := range []bool{v4, v6, dns, inbound} {
+		if set {
+			i |= 1 << bit
+		}
+	}
+	return i
+}
+
+// fillAccounts computes accounts.
+func (r *Redirector) fillAccounts() {
+	for i := range r.accounts {
+		p := Plan{DNSCapture: i&4 != 0, InboundCapture: i&8 != 0}
+		if i&1 != 0 {
+			p.Families = append(p.Families, IPv4)
+		}
+		if i&2 != 0 {
+			p.Families = append(p.Families, IPv6)
+		}
+		if len(p.Families) > 0 {
+			r.accounts[i] = r.account(p)
+		}
+	}
 }
 
 // SetIPv6 turns IPv6 redirection on or off for what Apply programs from

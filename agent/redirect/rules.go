@@ -103,10 +103,9 @@ func (p Plan) String() string {
 	return b.String()
 }
 
-// PlanFor derives the plan: IPv4 if the pod has an IPv4 address, IPv6 if it
-// has an IPv6 address and ipv6 (the node's setting) is on.
-func PlanFor(ips []netip.Addr, s enroll.Settings, ipv6 bool) (Plan, error) {
-	var has4, has6 bool
+// families reports whether ips hold an IPv4 address (v4-mapped ones
+// included) and an IPv6 one.
+func families(ips []netip.Addr) (has4, has6 bool) {
 	for _, ip := range ips {
 		if ip.Unmap().Is4() {
 			has4 = true
@@ -114,6 +113,13 @@ func PlanFor(ips []netip.Addr, s enroll.Settings, ipv6 bool) (Plan, error) {
 			has6 = true
 		}
 	}
+	return has4, has6
+}
+
+// PlanFor derives the plan: IPv4 if the pod has an IPv4 address, IPv6 if it
+// has an IPv6 address and ipv6 (the node's setting) is on.
+func PlanFor(ips []netip.Addr, s enroll.Settings, ipv6 bool) (Plan, error) {
+	has4, has6 := families(ips)
 	p := Plan{DNSCapture: s.DNSCapture, InboundCapture: !s.BypassInbound}
 	if has4 {
 		p.Families = append(p.Families, IPv4)
