@@ -114,8 +114,8 @@ func (nftBackend) present(fd int) (bool, error) { return hasNftTable(fd) }
 // node SNAT are re-asserted (idempotent).
 //
 // A pod the node's settings would refuse now (only IPv6 addresses, IPv6
-// off) is refused, unless prior says a previous agent programmed it and
-// its rules are still there: then they are kept (see keepRefused).
+// off) is refused, unless prior says its rules were programmed with IPv6
+// on: then they are kept as prior names them (see keepRefused).
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
 	p, err := PlanFor(w.IPs, w.Settings, r.ipv6.Load())
 	if err != nil {
@@ -134,9 +134,9 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 // rules the node's settings would refuse now: IPv6 was on when that agent
 // programmed the pod, and is off now. Its rules stay (or, where they are
 // gone or the backend cannot tell, are written as that agent wrote them),
-// routing and node SNAT are re-asserted, and the account is prior's: a
-// setting that cannot apply to a running pod does not take it out of the
-// mesh across a restart either. Rules an older meshlet wrote (another
+// routing and node SNAT are re-asserted, and the account is that plan's:
+// a setting that cannot apply to a running pod does not take it out of
+// the mesh across a restart either. Rules an older meshlet wrote (another
 // RulesVersion, the same backend and plan) are rewritten as this one
 // writes that plan. Any other pod gets refusal.
 func (r *Redirector) keepRefused(ctx context.Context, w *enroll.Workload, prior *enroll.Record, refusal error) (string, error) {
