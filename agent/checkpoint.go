@@ -39,6 +39,15 @@ func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
 	return cp.Pods
 }
 
+// recordUIDs returns the UIDs of records.
+func recordUIDs(records []enroll.Record) []string {
+	uids := make([]string, len(records))
+	for i, r := range records {
+		uids[i] = r.UID
+	}
+	return uids
+}
+
 // runCheckpointer writes the core's records to the state dir whenever
 // their generation moved, checked every tick and once more on the way out.
 // Nothing is written before the first change: until the runtime has listed

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -55,6 +56,9 @@ type Config struct {
 	NRI nriplugin.Config
 	// ZtunnelSocket is where ztunnel connects (ZDS).
 	ZtunnelSocket string
+	// SnapshotHold bounds how long, after start-up, ztunnel's snapshot
+	// waits for the runtime's pods to be listed (zds.Config.SnapshotHold).
+	SnapshotHold time.Duration
 	// Redirect selects the in-pod rule backend.
 	Redirect redirect.Config
 	// Standalone runs without an API server: policy sees only the pod's
@@ -103,7 +107,7 @@ type Config struct {
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
 // socket path, the runtime's NRI socket, nftables redirection.
 func DefaultConfig() Config {
-	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath,
+	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath, SnapshotHold: zds.DefaultSnapshotHold,
 		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: "127.0.0.1:9880", MetricsAddr: ":9881", Policy: defaultPolicy(),
 		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig(), CNI: cnifallback.DefaultConfig()}
 }
@@ -112,6 +116,7 @@ func DefaultConfig() Config {
 func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
+	fs.DurationVar(&c.SnapshotHold, "ztunnel-snapshot-hold", c.SnapshotHold, "after start-up, how long ztunnel's snapshot may wait for the runtime's pods to be listed: ztunnel drains every pod a snapshot leaves out, so the snapshot names the pods that run; meanwhile ztunnel keeps proxying the pods it has")
 	fs.Var(flagenum.New(&c.Mode, "mode", ModeAuto, ModeNRI, ModeCNI), "mode", "how pods reach meshlet: nri (the runtime's NRI hooks), cni (the chained meshlet-cni plugin, for runtimes without NRI) or auto (nri when the NRI socket answers, else cni once the runtime answers on CRI)")
 	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
 	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
@@ -164,6 +169,9 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 func (c *Config) Validate() error {
 	if c.ZtunnelSocket == "" {
 		return errors.New("--ztunnel-socket must not be empty")
+	}
+	if c.SnapshotHold < time.Second || c.SnapshotHold > 10*time.Minute {
+		return fmt.Errorf("--ztunnel-snapshot-hold=%v: must be between 1s and 10m", c.SnapshotHold)
 	}
 	if err := nodesettings.CheckLabelKey(c.Policy.DataplaneModeLabel); err != nil {
 		return fmt.Errorf("--dataplane-mode-label: %w", err)

@@ -216,8 +216,11 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	cfg.NRI.SocketPath = filepath.Join(dir, "no-runtime.sock")
 	cfg.Redirect.HostNetnsFd = netnstest.Fd(t, node) // never the real node's tables
 	cfg.HealthAddr, cfg.MetricsAddr = freePort(t), freePort(t)
+	cfg.SnapshotHold = time.Second
 	// A previous agent's checkpoint: this run never reaches a runtime, so
-	// it has nothing better to say and must leave the file as it is.
+	// it has nothing better to say and must leave the file as it is; and
+	// ztunnel, once the snapshot's hold is over, is told to keep the pod
+	// the previous agent handed it.
 	previous := []enroll.Record{{UID: "running", NetnsInode: 7, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.7")},
 		Redirection: "nftables/v1 ipv4 inbound-capture"}}
 	if err := state.Save(cfg.StateDir, previous); err != nil {
@@ -238,8 +241,12 @@ func TestRunServesUntilCancelled(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	defer c.Close()
-	if _, err := c.ReadSnapshot(5 * time.Second); err != nil {
+	snap, err := c.ReadSnapshot(5 * time.Second)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if len(snap) != 1 || snap[0].Kind != zdstest.Keep || snap[0].UID != "running" {
+		t.Fatalf("snapshot %v, want keep running: the previous agent's pod", snap)
 	}
 	if code, _ := httpGet(t, "http://"+cfg.HealthAddr+"/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz = %d", code)

@@ -175,7 +175,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("container gate (--gate=false turns it off): %w", err)
 		}
 	}
-	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket})
+	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket, SnapshotHold: cfg.SnapshotHold})
 	if err != nil {
 		return err
 	}
@@ -193,12 +193,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	checkpointed := loadCheckpoint(cfg.StateDir, logger)
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
 		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
-		enroll.Config{Defaults: podDefaults, Checkpointed: loadCheckpoint(cfg.StateDir, logger)})
+		enroll.Config{Defaults: podDefaults, Checkpointed: checkpointed})
 	if err != nil {
 		return err
 	}
+	// ztunnel drains, at a snapshot's end, every pod the snapshot leaves
+	// out: the previous meshlet's pods are named until this one adopts
+	// them or finds them gone, and the snapshot waits for the runtime's
+	// listing (bounded).
+	server.Resume(recordUIDs(checkpointed), core.Listed())
 	cniExcluded := newCNIExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
 	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6Followers: []ipv6Follower{redir},
 		cniExcluded: cniExcluded}

@@ -92,6 +92,11 @@ type Core struct {
 	// addrsFromNetns: a pod's IPs were read from its namespace (podAddrs),
 	// which is logged once.
 	addrsFromNetns atomic.Bool
+
+	// listed is closed when the first Reconcile ends: the core has seen
+	// every running pod.
+	listed     chan struct{}
+	listedOnce sync.Once
 }
 
 // podView is one pod as readers see it. record points into the pod's
@@ -113,8 +118,9 @@ type slot struct {
 	since  time.Time
 	// enrolled is non-nil exactly when state is StateEnrolled.
 	enrolled *Workload
-	// checkpointed is the previous agent's record of the pod, until the
-	// pod's first enrollment attempt uses or discards it.
+	// checkpointed is the previous agent's record of the pod, until this
+	// agent hands the pod to the proxy itself, or lets it go (the proxy
+	// is then told to drop it: the previous agent had handed it over).
 	checkpointed *Record
 }
 
@@ -125,7 +131,7 @@ func New(ports Ports, cfg Config) (*Core, error) {
 	}
 	c := &Core{ports: ports, parallelism: 8, now: time.Now,
 		slots: make(map[string]*slot), view: make(map[string]podView),
-		checkpointed: make(map[string]*Record, len(cfg.Checkpointed))}
+		checkpointed: make(map[string]*Record, len(cfg.Checkpointed)), listed: make(chan struct{})}
 	c.SetDefaults(cfg.Defaults)
 	for i := range cfg.Checkpointed {
 		r := &cfg.Checkpointed[i]
@@ -264,19 +270,35 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 		return err
 	})...)
 	// Every running pod has been seen: a checkpointed record still
-	// unmatched belongs to a pod removed while no agent ran. Dropping them
-	// changes what the checkpoint should say.
+	// unmatched belongs to a pod removed while no agent ran. The proxy,
+	// which the previous agent had handed it, drops it; dropping the
+	// records changes what the checkpoint should say.
 	c.mu.Lock()
-	dropped := len(c.checkpointed) > 0
+	gone := make([]string, 0, len(c.checkpointed))
+	for uid := range c.checkpointed {
+		gone = append(gone, uid)
+	}
 	clear(c.checkpointed)
 	c.mu.Unlock()
-	if dropped {
+	if len(gone) > 0 {
 		c.viewMu.Lock()
 		c.generation++
 		c.viewMu.Unlock()
+		errs = append(errs, c.parallel(len(gone), func(i int) error {
+			if err := c.ports.Proxy.DelWorkload(ctx, gone[i]); err != nil {
+				return fmt.Errorf("ztunnel del of pod %s, removed while no agent ran: %w", gone[i], err)
+			}
+			return nil
+		})...)
 	}
+	c.listedOnce.Do(func() { close(c.listed) })
 	return errors.Join(errs...)
 }
+
+// Listed is closed once the first Reconcile has ended: the core has seen
+// every pod the runtime runs, and knows which of the previous agent's
+// pods are gone.
+func (c *Core) Listed() <-chan struct{} { return c.listed }
 
 // UnmeshAll takes every enrolled pod out of the mesh, its in-pod rules
 // removed: meshlet is being uninstalled and was asked to leave no pod
@@ -597,12 +619,17 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		want.Settings = s.checkpointed.Settings
 		prior = s.checkpointed
 	}
-	s.checkpointed = nil // one chance: after this the pod's rules are this agent's
 	redirection, err := c.ports.Redirector.Apply(ctx, want, prior)
 	if err != nil {
+		// Apply changed nothing: a previous agent's rules, and its
+		// handover to the proxy, stay as they were.
 		_ = ns.Close()
 		return c.fail(ctx, s, StepRedirect, err)
 	}
+	// One chance: from here the pod's rules are this agent's, and so is its
+	// handover (AddWorkload replaces the previous agent's, or its rollback
+	// tells the proxy to drop the pod).
+	s.checkpointed = nil
 	want.Redirection = redirection
 	c.ports.Status.Report(s.ref(), RedirectionPending)
 	err = outOfTime(ctx, h)
@@ -732,8 +759,9 @@ func (c *Core) fail(ctx context.Context, s *slot, step Step, err error) (Result,
 func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final State, reason string) error {
 	w := s.enrolled
 	if w == nil {
+		err := c.dropInherited(ctx, s)
 		c.setState(s, final, reason)
-		return nil
+		return err
 	}
 	c.setState(s, StateReleasing, reason)
 	// Every step runs even when the caller's deadline passes: the ZDS Del
@@ -753,6 +781,20 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 	c.setState(s, final, reason)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("release pod %s: %w", w.UID, err)
+	}
+	return nil
+}
+
+// dropInherited tells the proxy to drop a pod the previous agent had
+// handed it and this one has not taken over (its checkpointed record), now
+// that the pod leaves: it stopped, or is no longer selected. s.mu is held.
+func (c *Core) dropInherited(ctx context.Context, s *slot) error {
+	if s.checkpointed == nil {
+		return nil
+	}
+	s.checkpointed = nil
+	if err := c.ports.Proxy.DelWorkload(ctx, s.pod.UID); err != nil {
+		return fmt.Errorf("ztunnel del of pod %s, enrolled by the previous agent: %w", s.pod.UID, err)
 	}
 	return nil
 }
@@ -818,7 +860,9 @@ func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Resul
 	} else if s.state == StateUnknown && h == HandoverDeferred && !d.OtherAgent {
 		c.clearLeftovers(ctx, pod)
 	}
-	s.checkpointed = nil
+	if derr := c.dropInherited(ctx, s); derr != nil {
+		err = errors.Join(err, derr)
+	}
 	c.setState(s, StateSkipped, d.Reason)
 	return Result{Reason: d.Reason, Changed: changed}, err
 }

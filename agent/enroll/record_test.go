@@ -109,9 +109,11 @@ func TestCheckpointedPodIsAdopted(t *testing.T) {
 	}
 	got := h.rec.take()
 	slices.Sort(got)
+	// The pod that is gone leaves the proxy, which the previous agent had
+	// handed it.
 	want := []string{
 		"add newns inode=2 sa=sa-name-newns", "add newsettings inode=3 sa=sa-name-newsettings", "add same inode=1 sa=sa-name-same",
-		"adopt same inode=1", "apply newns inode=2 dns=true", "apply newsettings inode=3 dns=true",
+		"adopt same inode=1", "apply newns inode=2 dns=true", "apply newsettings inode=3 dns=true", "del gone",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("calls\n got  %q\n want %q", got, want)
@@ -271,5 +273,60 @@ func TestAdoptionSkipsTheIPCheck(t *testing.T) {
 	wantState(t, h, "kept", StateEnrolled, "pod-label")
 	if _, err := h.core.Enroll(ctx, fresh); FailedStep(err) != StepNetns {
 		t.Fatalf("enrolling a new pod whose namespace lacks its IPs: %v, want a netns failure", err)
+	}
+}
+
+// TestInheritedPodsLeaveTheProxy: a pod the previous agent handed to the
+// proxy (its checkpointed record) and this one never takes over is
+// dropped by the proxy when it leaves: gone at the first listing, no
+// longer selected, or stopped. One whose rules could not be applied stays
+// with the proxy as the previous agent left it until then. Listed closes
+// with the first Reconcile.
+func TestInheritedPodsLeaveTheProxy(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	prior := func(uid string, inode uint64) Record {
+		return Record{UID: uid, Name: "name-" + uid, Namespace: "default", NetnsInode: inode,
+			IPs: ip, Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"}
+	}
+	h := newHarness(t, prior("gone", 1), prior("optedout", 2), prior("adopted", 3), prior("failing", 4))
+	select {
+	case <-h.core.Listed():
+		t.Fatal("Listed closed before any Reconcile")
+	default:
+	}
+	h.redir.failApply = errors.New("nft: no buffer space")
+	failing := h.pod("failing", 4, meshOn)
+	failing.IPs = ip
+	if _, err := h.core.Enroll(ctx, failing); err == nil {
+		t.Fatal("Enroll with a failing redirector succeeded")
+	}
+	h.redir.failApply = nil
+	if got := h.rec.take(); slices.Contains(got, "del failing") {
+		t.Fatalf("a pod whose rules could not be rewritten was dropped by the proxy: %q", got)
+	}
+	if err := h.core.Release(ctx, "failing"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.rec.take(); !slices.Equal(got, []string{"del failing"}) {
+		t.Fatalf("stopping a pod never taken over: calls %q, want its del", got)
+	}
+
+	optedOut := h.pod("optedout", 2, nil)
+	optedOut.IPs = ip
+	adopted := h.pod("adopted", 3, meshOn)
+	adopted.IPs = ip
+	if err := h.core.Reconcile(ctx, []Pod{optedOut, adopted}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.core.Listed():
+	default:
+		t.Fatal("Listed not closed after the first Reconcile")
+	}
+	got := h.rec.take()
+	slices.Sort(got)
+	want := []string{"add adopted inode=3 sa=sa-name-adopted", "adopt adopted inode=3", "del gone", "del optedout", "remove optedout inode=2 scope=all"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("calls\n got  %q\n want %q", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"sort"
 	"sync"
 	"time"
 
@@ -19,6 +20,11 @@ import (
 
 // DefaultSocketPath is where a stock ztunnel looks for the agent.
 const DefaultSocketPath = "/var/run/ztunnel/ztunnel.sock"
+
+// DefaultSnapshotHold is Config.SnapshotHold's default: longer than
+// start-up's wait for the API server (30 s), which comes before the
+// runtime's pods are listed.
+const DefaultSnapshotHold = 45 * time.Second
 
 // ErrNoProxy means no ztunnel is connected: the workload cannot be handed
 // over, so the pod must not start as if it were meshed.
@@ -47,6 +53,10 @@ type Config struct {
 	// AckTimeout bounds the wait for each Ack (default 5 s). A late ack
 	// closes the connection.
 	AckTimeout time.Duration
+	// SnapshotHold bounds how long, after Resume, a connection's
+	// SnapshotSent waits for the agent to have listed the runtime's pods
+	// (default DefaultSnapshotHold).
+	SnapshotHold time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -62,21 +72,41 @@ func (c *Config) setDefaults() {
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 5 * time.Second
 	}
+	if c.SnapshotHold == 0 {
+		c.SnapshotHold = DefaultSnapshotHold
+	}
 }
 
 // Server is the ZDS server. It implements enroll.ProxyLink and keeps its own
 // registry of workloads (with a dup of each netns fd) to replay to every new
 // connection.
+//
+// ztunnel keeps its proxies across connections and, at a connection's
+// SnapshotSent, drains every one the snapshot did not name. So a snapshot
+// names every pod ztunnel should go on proxying: the registry's with Add,
+// and with Keep those a previous agent handed over that this one has not
+// added or deleted yet (Resume); and, while the agent has not yet listed
+// the runtime's pods, its SnapshotSent waits (bounded) for the listing.
 type Server struct {
 	cfg Config
 	ln  *net.UnixListener
 
 	mu        sync.Mutex
 	workloads map[string]*workload
+	// previous are the pods a previous agent handed to ztunnel (Resume)
+	// that this one has neither added nor deleted since.
+	previous map[string]struct{}
+	// listed is closed once the agent has listed the runtime's pods;
+	// holdUntil bounds a snapshot's wait for it. nil: no wait.
+	listed    <-chan struct{}
+	holdUntil time.Time
 	conns     []*conn // in connection order: the last one is the newest
 	nextID    uint64
 	closed    bool
 	wg        sync.WaitGroup
+	// bg counts requests sent on behalf of a caller that could not wait
+	// for them (Dels).
+	bg sync.WaitGroup
 }
 
 var _ enroll.ProxyLink = (*Server)(nil)
@@ -114,7 +144,25 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zds: %w", err)
 	}
-	return &Server{cfg: cfg, ln: ln, workloads: make(map[string]*workload)}, nil
+	return &Server{cfg: cfg, ln: ln, workloads: make(map[string]*workload), previous: map[string]struct{}{}}, nil
+}
+
+// Resume tells the server what a previous agent on this node handed to
+// ztunnel, before Serve: the UIDs of the pods its checkpoint names. Each
+// is named with Keep in every snapshot until this agent adds or deletes
+// it, so ztunnel goes on proxying the pod while this agent adopts it (or
+// drains it when the agent deletes it: the pod is gone). listed is closed
+// once the agent has listed the runtime's pods: until then, and at most
+// Config.SnapshotHold from now, a connection's SnapshotSent waits, so that
+// a pod the previous agent enrolled after its last checkpoint is named
+// too.
+func (s *Server) Resume(previous []string, listed <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, uid := range previous {
+		s.previous[uid] = struct{}{}
+	}
+	s.listed, s.holdUntil = listed, time.Now().Add(s.cfg.SnapshotHold)
 }
 
 // Addr is the socket path.
@@ -192,6 +240,7 @@ func (s *Server) shutdown() {
 // and releases every netns fd the registry holds.
 func (s *Server) Close() error {
 	s.shutdown()
+	s.bg.Wait()
 	s.mu.Lock()
 	ws := s.workloads
 	s.workloads = make(map[string]*workload)
@@ -247,6 +296,7 @@ func (s *Server) handle(ctx context.Context, c *conn) {
 	logger.Info("ztunnel connected, replaying snapshot", "workloads", len(snapshot))
 	start := time.Now()
 	var nacks int
+	replayed := make(map[*workload]bool, len(snapshot))
 	for _, w := range snapshot {
 		err := c.send(ctx, w)
 		var nack *NackError
@@ -261,15 +311,111 @@ func (s *Server) handle(ctx context.Context, c *conn) {
 			<-c.done
 			return
 		}
+		replayed[w] = true
 	}
-	if err := c.request(ctx, &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_SnapshotSent{SnapshotSent: &zdspb.SnapshotSent{}}}, "snapshot_sent", "", nil); err != nil {
+	listed, held := s.awaitListing(ctx, c)
+	if c.cause() != nil {
+		<-c.done
+		logger.Info("ztunnel disconnected before its snapshot ended", "reason", c.cause())
+		return
+	}
+	kept, err := s.keepUnnamed(ctx, c, replayed)
+	if err == nil {
+		err = c.request(ctx, outgoing{req: &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_SnapshotSent{SnapshotSent: &zdspb.SnapshotSent{}}}, kind: "snapshot_sent"})
+	}
+	switch {
+	case err != nil:
 		logger.Info("Snapshot replay aborted", "err", err)
 		c.close(err)
-	} else {
-		logger.Info("Snapshot sent", "workloads", len(snapshot), "nacks", nacks, "duration", time.Since(start))
+	case !listed:
+		logger.Info("Snapshot sent before the runtime's pods were listed: ztunnel drains the pods the previous meshlet enrolled after its last checkpoint",
+			"workloads", len(snapshot), "kept", kept, "nacks", nacks, "waited", held, "duration", time.Since(start))
+	default:
+		logger.Info("Snapshot sent", "workloads", len(snapshot), "kept", kept, "nacks", nacks, "waitedForListing", held, "duration", time.Since(start))
 	}
 	<-c.done
 	logger.Info("ztunnel disconnected", "reason", c.cause())
+}
+
+// awaitListing waits until the agent has listed the runtime's pods, at
+// most until the hold Resume set ends, or the connection or server goes.
+// It reports whether the listing was done and how long it waited.
+func (s *Server) awaitListing(ctx context.Context, c *conn) (bool, time.Duration) {
+	s.mu.Lock()
+	listed, until := s.listed, s.holdUntil
+	s.mu.Unlock()
+	if listed == nil {
+		return true, 0
+	}
+	select {
+	case <-listed:
+		return true, 0
+	default:
+	}
+	start := time.Now()
+	timer := time.NewTimer(time.Until(until))
+	defer timer.Stop()
+	c.log.Info("Holding the snapshot until the runtime's pods are listed", "atMost", time.Until(until).Round(time.Millisecond))
+	select {
+	case <-listed:
+		return true, time.Since(start)
+	case <-timer.C:
+	case <-c.done:
+	case <-ctx.Done():
+	}
+	return false, time.Since(start)
+}
+
+// keepUnnamed names, with Keep, every pod ztunnel should go on proxying
+// that the replay did not: a previous agent's not yet adopted, and those
+// registered since the replay began (their Add may not have reached this
+// connection yet). A Keep for a pod deleted meanwhile is not sent. It
+// returns how many it sent.
+func (s *Server) keepUnnamed(ctx context.Context, c *conn, replayed map[*workload]bool) (int, error) {
+	s.mu.Lock()
+	var uids []string
+	for uid := range s.previous {
+		uids = append(uids, uid)
+	}
+	for uid, w := range s.workloads {
+		if !replayed[w] {
+			uids = append(uids, uid)
+		}
+	}
+	s.mu.Unlock()
+	sort.Strings(uids)
+	kept := 0
+	for _, uid := range uids {
+		err := c.request(ctx, outgoing{req: keepRequest(uid), kind: "keep", uid: uid, wanted: func() bool { return s.named(uid) }})
+		var nack *NackError
+		switch {
+		case err == nil:
+			kept++
+		case errors.Is(err, errRetired):
+		case errors.As(err, &nack):
+			c.log.Info("ztunnel refused a Keep", "podUID", uid, "reason", nack.Reason)
+		default:
+			return kept, err
+		}
+	}
+	return kept, nil
+}
+
+// named reports whether ztunnel should go on proxying the pod: it is
+// registered, or a previous agent's not yet added or deleted.
+func (s *Server) named(uid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, prev := s.previous[uid]
+	return prev || s.workloads[uid] != nil
+}
+
+// unregistered reports whether no workload of the pod is registered: a
+// Del for it is still wanted.
+func (s *Server) unregistered(uid string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.workloads[uid] == nil
 }
 
 // drop removes a closed connection from the list.
@@ -317,14 +463,21 @@ func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload, h enroll.
 	}
 	if err := c.send(ctx, w); err != nil {
 		var nack *NackError
-		if h == enroll.HandoverDeferred && !errors.As(err, &nack) && !errors.Is(err, errRetired) {
-			// The connection failed under the Add (closed, timed out, or
-			// abandoned with the caller's deadline, which closes it): as
-			// with no connection at all, the next connection's snapshot
-			// carries it. Only ztunnel's refusal fails a running pod.
+		if h == enroll.HandoverDeferred && errors.Is(err, errNoTurn) {
+			// The connection was busy past the caller's deadline: the Add
+			// goes out in its turn, in the background.
+			s.sendInBackground(ctx, c, w)
 			return nil
 		}
-		s.unregister(ctx, w, c)
+		if h == enroll.HandoverDeferred && !errors.As(err, &nack) && !errors.Is(err, errRetired) {
+			// The connection failed under the Add (closed, timed out, or
+			// abandoned with the caller's deadline): as with no connection
+			// at all, the next connection's snapshot carries it (and the
+			// abandoned Add still gets its answer). Only ztunnel's refusal
+			// fails a running pod.
+			return nil
+		}
+		s.unregister(ctx, w)
 		return fmt.Errorf("zds add: %w", err)
 	}
 	return nil
@@ -345,6 +498,7 @@ func (s *Server) register(w *workload, deferOK bool) (*conn, error) {
 	}
 	old := s.workloads[w.uid]
 	s.workloads[w.uid] = w
+	delete(s.previous, w.uid)
 	s.mu.Unlock()
 	if old != nil {
 		old.retire()
@@ -352,49 +506,75 @@ func (s *Server) register(w *workload, deferOK bool) (*conn, error) {
 	return c, nil
 }
 
-// unregister undoes register after a failed Add. A connection that joined
-// meanwhile may have received w in its replay: it gets a Del.
-func (s *Server) unregister(ctx context.Context, w *workload, failed *conn) {
+// unregister undoes register after a failed Add. Every connection gets a
+// Del, in the background: one that joined meanwhile may have received w
+// in its replay, and the one that failed may still get to run it (an Add
+// its caller gave up on) or retry it (ztunnel retries a refused Add by
+// itself until told to forget it).
+func (s *Server) unregister(ctx context.Context, w *workload) {
 	s.mu.Lock()
 	if s.workloads[w.uid] == w {
 		delete(s.workloads, w.uid)
 	}
-	others := s.otherConns(failed)
+	conns := append([]*conn(nil), s.conns...)
 	s.mu.Unlock()
 	w.retire()
-	if len(others) == 0 {
-		return
-	}
-	// The caller's deadline may be what failed the Add: clean up on a
-	// context of our own, or an expired one would close these connections.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.AckTimeout)
-	defer cancel()
-	for _, c := range others {
-		_ = c.request(cctx, delRequest(w.uid), "del", w.uid, nil)
+	for _, c := range conns {
+		s.delInBackground(ctx, c, w.uid)
 	}
 }
 
-func (s *Server) otherConns(except *conn) []*conn {
-	var out []*conn
-	for _, c := range s.conns {
-		if c != except {
-			out = append(out, c)
+// sendInBackground sends a running pod's Add on c on a context of its own.
+// A refusal leaves the pod with ztunnel, which retries a refused Add by
+// itself; a connection that fails meanwhile is replaced by one whose
+// snapshot carries the pod.
+func (s *Server) sendInBackground(ctx context.Context, c *conn, w *workload) {
+	s.bg.Go(func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.AckTimeout)
+		defer cancel()
+		if err := c.send(cctx, w); err != nil && !errors.Is(err, errConnClosed) && !errors.Is(err, errRetired) {
+			c.log.Info("ztunnel Add of a running pod failed; ztunnel retries a refused one by itself", "podUID", w.uid, "err", err)
 		}
-	}
-	return out
+	})
 }
 
-func delRequest(uid string) *zdspb.WorkloadRequest {
-	return &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_Del{Del: &zdspb.DelWorkload{Uid: uid}}}
+// delInBackground sends Del for uid on c on a context of its own (the
+// caller's deadline may be what it could not wait for). It is not sent if
+// a workload of the pod was registered meanwhile.
+func (s *Server) delInBackground(ctx context.Context, c *conn, uid string) {
+	s.bg.Go(func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.AckTimeout)
+		defer cancel()
+		err := c.request(cctx, s.del(uid))
+		if err != nil && !errors.Is(err, errConnClosed) && !errors.Is(err, errRetired) {
+			c.log.Info("ztunnel Del failed", "podUID", uid, "err", err)
+		}
+	})
+}
+
+// del is a Del for uid, sent only while no workload of the pod is
+// registered: one registered meanwhile (a new sandbox) must not be
+// deleted by a Del ordered after its Add.
+func (s *Server) del(uid string) outgoing {
+	return outgoing{req: &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_Del{Del: &zdspb.DelWorkload{Uid: uid}}},
+		kind: "del", uid: uid, wanted: func() bool { return s.unregistered(uid) }}
+}
+
+func keepRequest(uid string) *zdspb.WorkloadRequest {
+	return &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_Keep{Keep: &zdspb.KeepWorkload{Uid: uid}}}
 }
 
 // DelWorkload drops the workload from the registry and sends Del to every
 // connection. With no connection it only drops it: a ztunnel that connects
-// later is not replayed the workload.
+// later is not replayed the workload. A connection that is not free for
+// the Del within ctx's deadline (a request ahead of it awaits its ack)
+// gets it in the background: the caller (a runtime hook) does not wait
+// longer than its deadline, and ztunnel still drops the pod.
 func (s *Server) DelWorkload(ctx context.Context, uid string) error {
 	s.mu.Lock()
 	w := s.workloads[uid]
 	delete(s.workloads, uid)
+	delete(s.previous, uid)
 	conns := append([]*conn(nil), s.conns...)
 	s.mu.Unlock()
 	if w != nil {
@@ -404,7 +584,12 @@ func (s *Server) DelWorkload(ctx context.Context, uid string) error {
 	}
 	var errs []error
 	for _, c := range conns {
-		if err := c.request(ctx, delRequest(uid), "del", uid, nil); err != nil && !errors.Is(err, errConnClosed) {
+		err := c.request(ctx, s.del(uid))
+		switch {
+		case err == nil, errors.Is(err, errConnClosed), errors.Is(err, errRetired):
+		case errors.Is(err, errNoTurn):
+			s.delInBackground(ctx, c, uid)
+		default:
 			errs = append(errs, err)
 		}
 	}

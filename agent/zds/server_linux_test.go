@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -313,6 +314,17 @@ func TestNackIsAnErrorAndNotRegistered(t *testing.T) {
 	if s.Workloads() != 0 {
 		t.Fatalf("nacked workload registered")
 	}
+	// ztunnel retries a refused Add by itself until told to forget it.
+	r, err = c.Recv(wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != zdstest.Del || r.UID != "refused" {
+		t.Fatalf("after the NACK ztunnel got %s, want del refused", r)
+	}
+	if err := c.Ack(); err != nil {
+		t.Fatal(err)
+	}
 	// The connection is still in sync and usable.
 	addAcked(t, s, c, workload(t, "next"))
 }
@@ -338,21 +350,95 @@ func TestAckTimeoutClosesConnection(t *testing.T) {
 	waitConns(t, s, 0)
 }
 
-func TestContextCancelAbandonsAndClosesConnection(t *testing.T) {
+// TestAbandonedAddKeepsTheConnection: a caller whose deadline passes while
+// ztunnel has not acked yet gets its error at once; the connection stays,
+// the late ack is matched to the request it answers, and ztunnel is told
+// to drop the workload the caller gave up on.
+func TestAbandonedAddKeepsTheConnection(t *testing.T) {
 	s := startServer(t, zds.Config{})
 	c, _ := connect(t, s)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := s.AddWorkload(ctx, workload(t, "u"), enroll.HandoverNow); !errors.Is(err, context.DeadlineExceeded) && !strings.Contains(err.Error(), "no ack") {
-		t.Fatalf("AddWorkload past its deadline = %v", err)
+	if err := s.AddWorkload(ctx, workload(t, "u"), enroll.HandoverNow); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("AddWorkload past its deadline = %v, want the deadline", err)
 	}
 	r, err := c.Recv(wait)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Close()
-	if err := c.WaitClosed(wait); err != nil {
+	if r.Kind != zdstest.Add || r.UID != "u" {
+		t.Fatalf("ztunnel got %s, want add u", r)
+	}
+	if err := c.Ack(); err != nil { // late, but within the ack timeout
 		t.Fatal(err)
+	}
+	r, err = c.Recv(wait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Kind != zdstest.Del || r.UID != "u" {
+		t.Fatalf("after the abandoned Add ztunnel got %s, want del u", r)
+	}
+	if err := c.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	addAcked(t, s, c, workload(t, "next"))
+	if s.Connections() != 1 {
+		t.Fatalf("%d connections, want the one that answered late", s.Connections())
+	}
+}
+
+// TestHookBehindAStalledRequestAnswersInTime: a starting pod's Add queued
+// behind a request ztunnel has not answered fails when its own deadline
+// passes, sends nothing, and leaves the connection to the request ahead of
+// it; a Del whose caller cannot wait is sent in its turn.
+func TestHookBehindAStalledRequestAnswersInTime(t *testing.T) {
+	s := startServer(t, zds.Config{})
+	c, _ := connect(t, s)
+	waitConns(t, s, 1)
+	ahead := make(chan error, 1)
+	go func() { ahead <- s.AddWorkload(context.Background(), workload(t, "running"), enroll.HandoverDeferred) }()
+	first, err := c.Recv(wait) // not answered until the hook has given up
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err = s.AddWorkload(ctx, workload(t, "starting"), enroll.HandoverNow)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("AddWorkload behind a stalled request = %v, want not sent, with the deadline", err)
+	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer dcancel()
+	if err := s.DelWorkload(dctx, "stopping"); err != nil {
+		t.Fatalf("DelWorkload behind a stalled request = %v, want it queued", err)
+	}
+	if err := c.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ahead; err != nil {
+		t.Fatalf("the request ahead: %v", err)
+	}
+	// What follows on the wire: the Dels of the pod that could not start
+	// and of the stopping pod, in either order, and nothing of "starting"'s Add.
+	var got []string
+	for len(got) < 2 {
+		r, err := c.Recv(wait)
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		r.Close()
+		got = append(got, r.String())
+		if err := c.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"del starting", "del stopping"}; !slices.Equal(got, want) {
+		t.Fatalf("ztunnel got %q, want %q", got, want)
 	}
 }
 

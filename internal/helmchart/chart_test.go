@@ -312,6 +312,7 @@ var configSamples = map[string]struct {
 	"nri-plugin-index":        {"20", "20"},
 	"enroll-timeout":          {"1200ms", "1.2s"},
 	"cri-resync-interval":     {"45s", "45s"},
+	"ztunnel-snapshot-hold":   {"20s", "20s"},
 	"skip-pod-ip-check":       {true, "true"},
 	"redirect-backend":        {"iptables", "iptables"},
 	"iptables-variant":        {"legacy", "legacy"},

@@ -28,7 +28,11 @@ type mesh struct {
 	socket  string
 	meshlet *env.Meshlet
 	zt      *zdstest.Ztunnel
-	flags   []string
+	// state is the ztunnel process the stand-in's connections belong to:
+	// it outlives them (meshlet restarts, reconnects) and counts every
+	// proxy drained or restarted; a ztunnel restart is a new one.
+	state *zdstest.State
+	flags []string
 	// healthAddr is the meshlet's --health-addr when flags give one of
 	// their own (a second meshlet on the node); empty: the environment's.
 	healthAddr string
@@ -45,7 +49,8 @@ func startMeshIn(t testing.TB, e *env.Env, flags ...string) *mesh {
 	if len(flags) == 0 {
 		flags = []string{"--standalone"}
 	}
-	m := &mesh{t: t, env: e, socket: filepath.Join(t.TempDir(), "zt.sock"), flags: flags}
+	m := &mesh{t: t, env: e, socket: filepath.Join(t.TempDir(), "zt.sock"), flags: flags, state: &zdstest.State{}}
+	t.Cleanup(func() { m.state.Close() })
 	m.start()
 	return m
 }
@@ -96,7 +101,11 @@ func (m *mesh) connectZtunnel() {
 func (m *mesh) connectZtunnelDeciding(decide func(*zdstest.Request) string) {
 	m.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	zt := &zdstest.Ztunnel{Decide: decide}
+	if m.state == nil {
+		m.state = &zdstest.State{}
+		m.t.Cleanup(m.state.Close)
+	}
+	zt := &zdstest.Ztunnel{Decide: decide, State: m.state}
 	for {
 		err := zt.Start(m.socket)
 		if err == nil {

@@ -11,12 +11,15 @@ import (
 )
 
 // ztunnelFollower keeps a ztunnel stand-in connected to meshlet's socket as
-// the real ztunnel does: when meshlet goes (an update), it dials again until
-// the next meshlet answers. Each connection is a session; every request of
-// every session is kept, with the time it arrived.
+// the real ztunnel does: when meshlet goes (an update), it dials again, 10
+// ms later, doubling to 15 s, until the next meshlet answers. Its State is
+// one ztunnel process's across every connection, so a restart that drains
+// a pod shows. Each connection is a session; every request of every
+// session is kept, with the time it arrived.
 type ztunnelFollower struct {
-	t    testing.TB
-	path string
+	t     testing.TB
+	path  string
+	state *zdstest.State
 
 	mu       sync.Mutex
 	sessions []*zdstest.Ztunnel
@@ -28,7 +31,7 @@ type ztunnelFollower struct {
 }
 
 func followZtunnel(t testing.TB, path string) *ztunnelFollower {
-	f := &ztunnelFollower{t: t, path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	f := &ztunnelFollower{t: t, path: path, state: &zdstest.State{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go f.run()
 	t.Cleanup(f.close)
 	return f
@@ -43,16 +46,22 @@ func (f *ztunnelFollower) run() {
 		cancel()
 	}()
 	var lost time.Time // when the last session ended
+	backoff := redialMin
 	for {
-		zt := &zdstest.Ztunnel{}
+		f.mu.Lock()
+		zt := &zdstest.Ztunnel{State: f.state}
+		f.mu.Unlock()
 		if err := zt.Start(f.path); err == nil {
 			f.mu.Lock()
 			f.sessions = append(f.sessions, zt)
 			f.mu.Unlock()
-			if !lost.IsZero() && zt.WaitSnapshot(ctx) == nil {
-				f.mu.Lock()
-				f.gaps = append(f.gaps, time.Since(lost))
-				f.mu.Unlock()
+			if zt.WaitSnapshot(ctx) == nil {
+				backoff = redialMin
+				if !lost.IsZero() {
+					f.mu.Lock()
+					f.gaps = append(f.gaps, time.Since(lost))
+					f.mu.Unlock()
+				}
 			}
 			select {
 			case <-zt.Done():
@@ -65,10 +74,17 @@ func (f *ztunnelFollower) run() {
 		select {
 		case <-f.stop:
 			return
-		case <-time.After(10 * time.Millisecond):
+		case <-time.After(backoff):
 		}
+		backoff = min(2*backoff, redialMax)
 	}
 }
+
+// ztunnel's redial backoff (istio/ztunnel src/inpod/workloadmanager.rs).
+const (
+	redialMin = 10 * time.Millisecond
+	redialMax = 15 * time.Second
+)
 
 // close stops following and closes every fd received.
 func (f *ztunnelFollower) close() {
@@ -78,6 +94,7 @@ func (f *ztunnelFollower) close() {
 		for _, s := range f.all() {
 			s.Stop()
 		}
+		f.ztunnel().Close()
 	})
 }
 
@@ -105,7 +122,31 @@ func (f *ztunnelFollower) current() *mesh {
 		}
 		return zdstest.Count(zt.Requests(), zdstest.SnapshotSent) > 0
 	})
-	return &mesh{t: f.t, env: theEnv(f.t), socket: f.path, zt: zt}
+	return &mesh{t: f.t, env: theEnv(f.t), socket: f.path, zt: zt, state: f.ztunnel()}
+}
+
+// ztunnel is the ztunnel process's state now.
+func (f *ztunnelFollower) ztunnel() *zdstest.State {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state
+}
+
+// restartZtunnel stands for a ztunnel restart: the process's state is new
+// (every pod is handed to it again) and its connection goes.
+func (f *ztunnelFollower) restartZtunnel() {
+	f.mu.Lock()
+	old := f.state
+	f.state = &zdstest.State{}
+	var cur *zdstest.Ztunnel
+	if n := len(f.sessions); n > 0 {
+		cur = f.sessions[n-1]
+	}
+	f.mu.Unlock()
+	old.Close()
+	if cur != nil {
+		cur.Stop()
+	}
 }
 
 // firstAdd is when ztunnel first received an Add for the pod, in any

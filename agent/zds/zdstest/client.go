@@ -212,6 +212,12 @@ func closeFds(fds []int) {
 // unanswered, as a hung ztunnel would.
 type Ztunnel struct {
 	Decide func(*Request) string
+	// State, if set, is the ztunnel process this connection belongs to:
+	// each request is applied to it as ztunnel does (see State), an Add
+	// for a proxy that already runs in the same netns is acked whatever
+	// Decide says, and a request ztunnel would take for a protocol error
+	// ends the connection.
+	State *State
 
 	mu       sync.Mutex
 	requests []*Request
@@ -240,6 +246,7 @@ func (z *Ztunnel) Start(path string) error {
 func (z *Ztunnel) Done() <-chan struct{} { return z.closed }
 
 func (z *Ztunnel) serve() error {
+	ss := &session{names: map[string]bool{}}
 	for {
 		r, err := z.c.Recv(time.Hour)
 		if err != nil {
@@ -248,6 +255,9 @@ func (z *Ztunnel) serve() error {
 		reason := ""
 		if z.Decide != nil {
 			reason = z.Decide(r)
+		}
+		if z.State != nil && reason != Stall && r.Kind == Add && z.State.running(r.UID, r.NetnsInode) {
+			reason = ""
 		}
 		if reason != "" && reason != Stall {
 			r.Close()
@@ -259,6 +269,12 @@ func (z *Ztunnel) serve() error {
 			// meshlet sends nothing more before an answer: the next Recv
 			// ends when it gives up and closes the connection.
 			continue
+		}
+		if z.State != nil {
+			if err := z.State.apply(ss, r, reason); err != nil {
+				_ = z.c.Close() // as ztunnel drops a connection that breaks the protocol
+				return fmt.Errorf("protocol error: %w", err)
+			}
 		}
 		if err := z.c.Nack(reason); err != nil {
 			return err

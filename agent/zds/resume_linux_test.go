@@ -1,0 +1,163 @@
+package zds_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// serveUntil serves s until the returned stop is called (or the test ends).
+func serveUntil(t testing.TB, s *zds.Server) (stop func()) {
+	t.Helper()
+	_, tctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(tctx)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		_ = s.Close()
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func listen(t testing.TB, cfg zds.Config) *zds.Server {
+	t.Helper()
+	privtest.RequireRoot(t)
+	s, err := zds.Listen(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// follow connects a ztunnel stand-in of state to path, retrying until an
+// agent answers, and waits for its snapshot.
+func follow(t testing.TB, path string, state *zdstest.State) *zdstest.Ztunnel {
+	t.Helper()
+	zt := &zdstest.Ztunnel{State: state}
+	deadline := time.Now().Add(wait)
+	for zt.Start(path) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the ztunnel stand-in could not connect")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Cleanup(zt.Stop)
+	return zt
+}
+
+func waitSnapshot(t testing.TB, zt *zdstest.Ztunnel) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := zt.WaitSnapshot(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRestartDisruptsNoPod: an agent restarts while ztunnel, which keeps
+// its proxies, stays. The new agent resumes from the previous one's pods:
+// its snapshot waits for the runtime's listing, adopts the pods that run
+// (an Add in the same netns: a no-op), names with Keep those not adopted
+// yet, and lets ztunnel drain the one that is gone. No running pod's proxy
+// is drained or restarted. Without Resume, the same restart drains every
+// pod: the stand-in sees what a real ztunnel would do.
+func TestRestartDisruptsNoPod(t *testing.T) {
+	for _, resume := range []bool{true, false} {
+		name := map[bool]string{true: "resumed", false: "without Resume"}[resume]
+		t.Run(name, func(t *testing.T) {
+			path := socketPath(t)
+			state := &zdstest.State{}
+			defer state.Close()
+			first := listen(t, zds.Config{SocketPath: path})
+			stopFirst := serveUntil(t, first)
+			zt := follow(t, path, state)
+			waitSnapshot(t, zt)
+			pods := map[string]*enroll.Workload{}
+			for _, uid := range []string{"adopted", "later", "gone"} {
+				pods[uid] = workload(t, uid)
+				if err := first.AddWorkload(context.Background(), pods[uid], enroll.HandoverNow); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stopFirst()
+			<-zt.Done()
+
+			second := listen(t, zds.Config{SocketPath: path})
+			listed := make(chan struct{})
+			if resume {
+				second.Resume([]string{"adopted", "later", "gone"}, listed)
+			}
+			serveUntil(t, second)
+			zt = follow(t, path, state)
+			if !resume {
+				// No hold: the snapshot ends before the listing.
+				waitSnapshot(t, zt)
+			}
+			// The runtime's listing: one pod adopted, one gone.
+			if err := second.AddWorkload(context.Background(), pods["adopted"], enroll.HandoverDeferred); err != nil {
+				t.Fatal(err)
+			}
+			if err := second.DelWorkload(context.Background(), "gone"); err != nil {
+				t.Fatal(err)
+			}
+			close(listed)
+			waitSnapshot(t, zt)
+			// "later" is adopted after the snapshot, in the same netns.
+			if err := second.AddWorkload(context.Background(), pods["later"], enroll.HandoverDeferred); err != nil {
+				t.Fatal(err)
+			}
+			if v := state.Violations(); len(v) > 0 {
+				t.Fatalf("protocol errors: %q", v)
+			}
+			disrupted := state.Disruptions("adopted", "later")
+			if resume && len(disrupted) > 0 {
+				t.Errorf("running pods disrupted by the restart: %q", disrupted)
+			}
+			if !resume && len(disrupted) != 2 {
+				t.Errorf("without Resume the stand-in saw disruptions %q, want both running pods drained", disrupted)
+			}
+			if c := state.Counts("gone"); c.Drains != 1 {
+				t.Errorf("the pod that is gone: %+v, want its proxy drained", c)
+			}
+			if got := state.Proxies(); len(got) != 2 || got["adopted"] != pods["adopted"].NetnsInode || got["later"] != pods["later"].NetnsInode {
+				t.Errorf("ztunnel's proxies %v, want adopted and later in their netns", got)
+			}
+		})
+	}
+}
+
+// TestSnapshotHoldIsBounded: an agent that never lists the runtime's pods
+// (the runtime is down) still ends ztunnel's snapshot after the hold,
+// naming the previous agent's pods with Keep.
+func TestSnapshotHoldIsBounded(t *testing.T) {
+	path := socketPath(t)
+	s := listen(t, zds.Config{SocketPath: path, SnapshotHold: 200 * time.Millisecond})
+	s.Resume([]string{"p1", "p2"}, make(chan struct{}))
+	serveUntil(t, s)
+	zt := follow(t, path, &zdstest.State{})
+	waitSnapshot(t, zt)
+	var got []string
+	for _, r := range zt.Requests() {
+		got = append(got, r.String())
+	}
+	if want := []string{"keep p1", "keep p2", "snapshot_sent"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("ztunnel got %q, want %q", got, want)
+	}
+}
