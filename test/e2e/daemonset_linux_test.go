@@ -362,6 +362,18 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	if rep := zt.repeatedAdds(); len(rep) > 0 {
 		t.Errorf("ztunnel got more than one Add for a pod from one meshlet: %v", rep)
 	}
+	// ztunnel kept proxying every mesh pod across the update: none was
+	// drained or restarted, and meshlet broke no protocol rule.
+	var meshUIDs []string
+	for _, p := range append(created, first, byResource) {
+		meshUIDs = append(meshUIDs, string(p.UID))
+	}
+	if d := zt.ztunnel().Disruptions(meshUIDs...); len(d) > 0 {
+		t.Errorf("the update disrupted mesh pods at ztunnel:\n%s", strings.Join(d, "\n"))
+	}
+	if v := zt.ztunnel().Violations(); len(v) > 0 {
+		t.Errorf("meshlet broke ztunnel's protocol during the update: %q", v)
+	}
 	t.Logf("%d mesh pods created during the upgrade (by label and by resource), each enrolled before its app container started; ztunnel without a meshlet for %v",
 		len(created), zt.handoverGaps())
 	zt.close()
