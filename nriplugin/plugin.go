@@ -203,13 +203,20 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	return nil
 }
 
-func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
+// hookContext bounds one hook's work by the enroll timeout, below the
+// runtime's own deadline: a hook that runs out of it answers the runtime
+// in time (a late answer gets the plugin dropped, and the pod run without
+// meshlet).
+func (p *Plugin) hookContext(ctx context.Context, what string) (context.Context, context.CancelFunc) {
 	timeout := p.cfg.EnrollTimeout
 	if p.cfg.CurrentEnrollTimeout != nil {
 		timeout = p.cfg.CurrentEnrollTimeout()
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout,
-		fmt.Errorf("enrollment exceeded the enroll timeout (%v)", timeout))
+	return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%s exceeded the enroll timeout (%v)", what, timeout))
+}
+
+func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
+	ctx, cancel := p.hookContext(ctx, "enrollment")
 	defer cancel()
 	start := time.Now()
 	res, err := p.core.Enroll(ctx, pod)
@@ -223,6 +230,8 @@ func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
 // up by the mesh.
 func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	klog.FromContext(ctx).V(2).Info("Pod sandbox stopping", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "podUID", sb.GetUid(), "sandbox", sb.GetId())
+	ctx, cancel := p.hookContext(ctx, "release")
+	defer cancel()
 	if err := p.core.Release(ctx, sb.GetUid()); err != nil {
 		klog.FromContext(ctx).Error(err, "Release reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	}
@@ -232,6 +241,8 @@ func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 // RemovePodSandbox forgets the pod.
 func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	klog.FromContext(ctx).V(2).Info("Pod sandbox removed", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "podUID", sb.GetUid(), "sandbox", sb.GetId())
+	ctx, cancel := p.hookContext(ctx, "forget")
+	defer cancel()
 	if err := p.core.Forget(ctx, sb.GetUid()); err != nil {
 		klog.FromContext(ctx).Error(err, "Forget reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	}

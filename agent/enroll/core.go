@@ -106,9 +106,12 @@ type podView struct {
 	record *Record
 }
 
-// slot is one pod's state. mu serialises every operation on the pod.
+// slot is one pod's state. turn serialises every operation on the pod: a
+// channel rather than a mutex, so that a runtime hook waits for an
+// operation ahead of it (a re-evaluation of the same pod) only until its
+// own deadline.
 type slot struct {
-	mu sync.Mutex
+	turn chan struct{}
 	// gone is set when the slot was removed from the map; a caller that
 	// locked a stale slot retries with a fresh one.
 	gone   bool
@@ -171,8 +174,11 @@ func (c *Core) EnrollRunning(ctx context.Context, pod Pod) (Result, error) {
 }
 
 func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) {
-	s := c.lockSlot(pod.UID, true)
-	defer s.mu.Unlock()
+	s, err := c.lockSlot(ctx, pod.UID, true)
+	if err != nil {
+		return Result{}, &Error{UID: pod.UID, Step: StepResolve, Err: err}
+	}
+	defer s.unlock()
 	s.pod = pod
 	return c.converge(ctx, s, h)
 }
@@ -181,14 +187,21 @@ func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) 
 // ztunnel drops it, node-side state goes, the netns fd is closed. Unknown
 // pods are a no-op. The pod is released even when a step reports an error;
 // the error is returned for logging.
+//
+// A caller whose deadline passes while another operation on the pod runs
+// is not kept waiting: the release is done once that operation ends, and
+// the caller told so.
 func (c *Core) Release(ctx context.Context, uid string) error {
-	s := c.lockSlot(uid, false)
+	s, err := c.lockSlot(ctx, uid, false)
+	if err != nil {
+		return c.later(ctx, uid, "release", c.Release, err)
+	}
 	if s == nil {
 		return nil
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
 	enrolled := s.enrolled != nil
-	err := c.release(ctx, s, RemoveHostOnly, StateReleased, "stopped")
+	err = c.release(ctx, s, RemoveHostOnly, StateReleased, "stopped")
 	if enrolled {
 		// The status outlives the sandbox; a new sandbox of the pod is
 		// decided afresh (another revision's meshlet may take it).
@@ -198,14 +211,31 @@ func (c *Core) Release(ctx context.Context, uid string) error {
 }
 
 // Forget releases the pod if needed and drops everything the core knows
-// about it (the runtime removed the sandbox).
+// about it (the runtime removed the sandbox). As Release, it does not keep
+// a caller waiting past its deadline.
 func (c *Core) Forget(ctx context.Context, uid string) error {
-	s := c.lockSlot(uid, false)
+	s, err := c.lockSlot(ctx, uid, false)
+	if err != nil {
+		return c.later(ctx, uid, "forget", c.Forget, err)
+	}
 	if s == nil {
 		return nil
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return c.forget(ctx, s)
+}
+
+// later runs op on the pod in the background, once the operation that
+// holds it ends, for a caller whose deadline passed waiting for it
+// (waitErr); the caller gets an error saying so.
+func (c *Core) later(ctx context.Context, uid, what string, op func(context.Context, string) error, waitErr error) error {
+	bg := context.WithoutCancel(ctx)
+	go func() {
+		if err := op(bg, uid); err != nil {
+			klog.FromContext(bg).Error(err, "Deferred operation on a pod failed", "op", what, "podUID", uid)
+		}
+	}()
+	return fmt.Errorf("%s pod %s deferred until the operation running on it ends: %w", what, uid, waitErr)
 }
 
 // ForgetUnchanged forgets the pod as Forget does, but only while it is as
@@ -214,11 +244,11 @@ func (c *Core) Forget(ctx context.Context, uid string) error {
 // pod) must not drop what changed since, such as a new sandbox of the same
 // pod enrolled meanwhile. It reports whether it forgot the pod.
 func (c *Core) ForgetUnchanged(ctx context.Context, st PodStatus) (bool, error) {
-	s := c.lockSlot(st.UID, false)
-	if s == nil {
-		return false, nil
+	s, err := c.lockSlot(ctx, st.UID, false)
+	if err != nil || s == nil {
+		return false, err
 	}
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.state != st.State || !s.since.Equal(st.Since) {
 		return false, nil
 	}
@@ -304,7 +334,7 @@ func (c *Core) Listed() <-chan struct{} { return c.listed }
 // removed: meshlet is being uninstalled and was asked to leave no pod
 // redirected to a ztunnel that may be going too.
 func (c *Core) UnmeshAll(ctx context.Context) error {
-	return c.eachPod(func(s *slot) error {
+	return c.eachPod(ctx, func(s *slot) error {
 		return c.release(ctx, s, RemoveAll, StateReleased, "meshlet uninstalled")
 	})
 }
@@ -313,7 +343,7 @@ func (c *Core) UnmeshAll(ctx context.Context) error {
 // such as namespace labels changed): pods that now qualify are enrolled,
 // pods that no longer do are released with their in-pod rules removed.
 func (c *Core) Reevaluate(ctx context.Context) error {
-	return c.eachPod(func(s *slot) error {
+	return c.eachPod(ctx, func(s *slot) error {
 		if s.state == StateReleased || s.state == StateReleasing {
 			return nil // stopped pods stay stopped
 		}
@@ -324,7 +354,7 @@ func (c *Core) Reevaluate(ctx context.Context) error {
 
 // eachPod runs fn, in parallel, on every pod the core knows, each with its
 // slot locked; pods gone meanwhile are skipped.
-func (c *Core) eachPod(fn func(s *slot) error) error {
+func (c *Core) eachPod(ctx context.Context, fn func(s *slot) error) error {
 	c.mu.RLock()
 	uids := make([]string, 0, len(c.slots))
 	for uid := range c.slots {
@@ -332,11 +362,11 @@ func (c *Core) eachPod(fn func(s *slot) error) error {
 	}
 	c.mu.RUnlock()
 	errs := c.parallel(len(uids), func(i int) error {
-		s := c.lockSlot(uids[i], false)
-		if s == nil {
-			return nil
+		s, err := c.lockSlot(ctx, uids[i], false)
+		if err != nil || s == nil {
+			return err
 		}
-		defer s.mu.Unlock()
+		defer s.unlock()
 		return fn(s)
 	})
 	return errors.Join(errs...)
@@ -444,7 +474,7 @@ func (c *Core) EnrolledIPs() []netip.Addr {
 	return ips
 }
 
-// publish makes s's current state what readers see. s.mu is held.
+// publish makes s's current state what readers see. the slot is locked.
 func (c *Core) publish(s *slot) {
 	v := podView{status: s.status()}
 	if s.enrolled != nil {
@@ -468,31 +498,51 @@ func (s *slot) status() PodStatus {
 }
 
 // lockSlot returns the pod's slot, locked; nil if it does not exist and
-// create is false.
-func (c *Core) lockSlot(uid string, create bool) *slot {
+// create is false. It waits for an operation that holds the slot until
+// ctx ends, and then fails, locking nothing.
+func (c *Core) lockSlot(ctx context.Context, uid string, create bool) (*slot, error) {
 	for {
 		c.mu.RLock()
 		s := c.slots[uid]
 		c.mu.RUnlock()
 		if s == nil {
 			if !create {
-				return nil
+				return nil, nil
 			}
 			c.mu.Lock()
 			if s = c.slots[uid]; s == nil {
-				s = &slot{pod: Pod{UID: uid}, checkpointed: c.checkpointed[uid]}
+				s = &slot{turn: make(chan struct{}, 1), pod: Pod{UID: uid}, checkpointed: c.checkpointed[uid]}
 				delete(c.checkpointed, uid)
 				c.slots[uid] = s
 			}
 			c.mu.Unlock()
 		}
-		s.mu.Lock()
-		if !s.gone {
-			return s
+		if err := s.lock(ctx); err != nil {
+			return nil, err
 		}
-		s.mu.Unlock()
+		if !s.gone {
+			return s, nil
+		}
+		s.unlock()
 	}
 }
+
+// lock takes the slot's turn, waiting until ctx ends at most.
+func (s *slot) lock(ctx context.Context) error {
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: another operation on the pod was still running: %w", ErrOutOfTime, context.Cause(ctx))
+	}
+}
+
+func (s *slot) unlock() { <-s.turn }
 
 // setState records a transition and publishes the slot; Since only moves
 // when the state or reason changed.
@@ -503,7 +553,7 @@ func (c *Core) setState(s *slot, st State, reason string) {
 	c.publish(s)
 }
 
-// converge makes the pod in s what policy wants. s.mu is held.
+// converge makes the pod in s what policy wants. the slot is locked.
 //
 // For a starting pod (HandoverNow: a runtime hook) the caller's deadline
 // bounds the whole enrollment, not only the steps that wait: it is checked
@@ -764,9 +814,8 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 		return err
 	}
 	c.setState(s, StateReleasing, reason)
-	// Every step runs even when the caller's deadline passes: the ZDS Del
-	// then fails by closing the ztunnel connection, and ztunnel's reconnect
-	// replays a snapshot without this pod, which is the same outcome.
+	// Every step runs even when the caller's deadline passes: a ZDS Del
+	// that cannot be sent in time goes out in the background, in its turn.
 	var errs []error
 	if err := c.ports.Proxy.DelWorkload(ctx, w.UID); err != nil {
 		errs = append(errs, fmt.Errorf("ztunnel del: %w", err))
@@ -787,7 +836,7 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 
 // dropInherited tells the proxy to drop a pod the previous agent had
 // handed it and this one has not taken over (its checkpointed record), now
-// that the pod leaves: it stopped, or is no longer selected. s.mu is held.
+// that the pod leaves: it stopped, or is no longer selected. the slot is locked.
 func (c *Core) dropInherited(ctx context.Context, s *slot) error {
 	if s.checkpointed == nil {
 		return nil
@@ -848,7 +897,7 @@ func podLogger(ctx context.Context, pod *Pod) klog.Logger {
 }
 
 // skip records the pod as left out of the mesh (d), releasing what an
-// earlier enrollment put in place. s.mu is held.
+// earlier enrollment put in place. the slot is locked.
 func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Result, error) {
 	pod := &s.pod
 	changed := s.state != StateSkipped || s.enrolled != nil

@@ -502,13 +502,13 @@ func TestCallsForOnePodAreSerialisedOthersParallel(t *testing.T) {
 	// Whatever the interleaving, the pod's final state is consistent, and
 	// what readers see is what the slot holds.
 	st, published := h.core.Status("same")
-	if s := h.core.lockSlot("same", false); s == nil {
+	if s, _ := h.core.lockSlot(ctx, "same", false); s == nil {
 		if published {
 			t.Fatalf("pod forgotten but still published as %s", st.State)
 		}
 	} else {
 		slotState := s.state
-		s.mu.Unlock()
+		s.unlock()
 		if !published || st.State != slotState {
 			t.Fatalf("slot in state %s, published %t as %s", slotState, published, st.State)
 		}

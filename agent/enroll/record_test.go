@@ -330,3 +330,59 @@ func TestInheritedPodsLeaveTheProxy(t *testing.T) {
 		t.Fatalf("calls\n got  %q\n want %q", got, want)
 	}
 }
+
+// TestHookBehindABusyPodAnswersInTime: a runtime hook that finds another
+// operation running on its pod (an enrollment blocked in the redirector)
+// refuses within its own deadline, having changed nothing; a stop that
+// cannot wait is done once that operation ends.
+func TestHookBehindABusyPodAnswersInTime(t *testing.T) {
+	h := newHarness(t)
+	inApply, unblock := make(chan struct{}), make(chan struct{})
+	h.redir.hook = func(uid string) {
+		if uid == "busy" {
+			close(inApply)
+			<-unblock
+		}
+	}
+	p := h.pod("busy", 1, meshOn)
+	running := make(chan error, 1)
+	go func() {
+		_, err := h.core.EnrollRunning(ctx, p)
+		running <- err
+	}()
+	<-inApply
+	hookCtx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err := h.core.Enroll(hookCtx, p)
+	if !errors.Is(err, ErrOutOfTime) || FailedStep(err) != StepResolve || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Enroll behind a busy pod = %v, want out of time before resolve, with the deadline", err)
+	}
+	stopCtx, cancelStop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelStop()
+	if err := h.core.Release(stopCtx, "busy"); !errors.Is(err, ErrOutOfTime) || !strings.Contains(err.Error(), "deferred") {
+		t.Fatalf("Release behind a busy pod = %v, want it deferred", err)
+	}
+	select {
+	case err := <-running:
+		t.Fatalf("the operation ahead ended (%v) before it was unblocked: the hooks waited for it", err)
+	default:
+	}
+	close(unblock)
+	if err := <-running; err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if st, _ := h.core.Status("busy"); st.State == StateReleased {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := h.core.Status("busy")
+			t.Fatalf("the deferred release never ran: pod %s", st.State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if h.proxy.uids()["busy"] {
+		t.Fatal("the released pod is still at the proxy")
+	}
+}

@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -30,10 +31,10 @@ func newIptablesHostSNAT(ipt *iptablesBackend, netnsFd int, names nodeNames) (*i
 		if f == IPv6 {
 			set, fam = names.ipset6, "inet6"
 		}
-		if _, err := runIn(netnsFd, "ipset", nil, "create", set, "hash:ip", "family", fam, "-exist"); err != nil {
+		if _, err := runIn(context.Background(), netnsFd, "ipset", nil, "create", set, "hash:ip", "family", fam, "-exist"); err != nil {
 			return nil, fmt.Errorf("node probe SNAT: %w", err)
 		}
-		cur, err := ipt.save(netnsFd, f)
+		cur, err := ipt.save(context.Background(), netnsFd, f)
 		if err != nil {
 			return nil, fmt.Errorf("node probe SNAT: %w", err)
 		}
@@ -45,7 +46,7 @@ func newIptablesHostSNAT(ipt *iptablesBackend, netnsFd int, names nodeNames) (*i
 		}
 		fmt.Fprintf(&b, "-A %s -m owner --socket-exists -p tcp -m set --match-set %s dst -j SNAT --to-source %s\nCOMMIT\n",
 			chainHostSNAT, set, f.probeAddr())
-		if err := ipt.restore(netnsFd, f, b.String()); err != nil {
+		if err := ipt.restore(context.Background(), netnsFd, f, b.String()); err != nil {
 			return nil, fmt.Errorf("node probe SNAT: %w", err)
 		}
 	}
@@ -62,7 +63,7 @@ func (h *iptablesHostSNAT) each(op string, ips []netip.Addr) error {
 		if ip.Is6() {
 			set = h.names.ipset6
 		}
-		if _, err := runIn(h.netns, "ipset", nil, op, set, ip.String(), "-exist"); err != nil {
+		if _, err := runIn(context.Background(), h.netns, "ipset", nil, op, set, ip.String(), "-exist"); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -78,7 +79,7 @@ func (h *iptablesHostSNAT) Uninstall() error {
 	var errs []error
 	chainHostSNAT := h.names.chain
 	for _, f := range []Family{IPv4, IPv6} {
-		cur, err := h.ipt.save(h.netns, f)
+		cur, err := h.ipt.save(context.Background(), h.netns, f)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -91,14 +92,14 @@ func (h *iptablesHostSNAT) Uninstall() error {
 			fmt.Fprintf(&b, "-F %s\n-X %s\n", chainHostSNAT, chainHostSNAT)
 		}
 		if b.Len() > 0 {
-			if err := h.ipt.restore(h.netns, f, "*nat\n"+b.String()+"COMMIT\n"); err != nil {
+			if err := h.ipt.restore(context.Background(), h.netns, f, "*nat\n"+b.String()+"COMMIT\n"); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
 	// The sets go after the rules that reference them.
 	for _, set := range []string{h.names.ipset4, h.names.ipset6} {
-		if _, err := runIn(h.netns, "ipset", nil, "destroy", set); err != nil && !strings.Contains(err.Error(), "does not exist") {
+		if _, err := runIn(context.Background(), h.netns, "ipset", nil, "destroy", set); err != nil && !strings.Contains(err.Error(), "does not exist") {
 			errs = append(errs, err)
 		}
 	}
@@ -114,7 +115,7 @@ func (h *iptablesHostSNAT) Close() error { return nil }
 func (h *iptablesHostSNAT) Retain(keep []netip.Addr) error {
 	var stale []netip.Addr
 	for _, set := range []string{h.names.ipset4, h.names.ipset6} {
-		out, err := runIn(h.netns, "ipset", nil, "list", set, "-output", "plain")
+		out, err := runIn(context.Background(), h.netns, "ipset", nil, "list", set, "-output", "plain")
 		if err != nil {
 			return fmt.Errorf("node probe SNAT: %w", err)
 		}

@@ -2,10 +2,14 @@ package redirect
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os/exec"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/meshlet/meshlet/agent/netns"
 )
@@ -47,7 +51,7 @@ func newIptables(v IptablesVariant, hostNetnsFd int) (*iptablesBackend, error) {
 
 func detectVariant(hostNetnsFd int) IptablesVariant {
 	count := func(v IptablesVariant) int {
-		out, err := runIn(hostNetnsFd, fmt.Sprintf("iptables-%s-save", v), nil)
+		out, err := runIn(context.Background(), hostNetnsFd, fmt.Sprintf("iptables-%s-save", v), nil)
 		if err != nil {
 			return -1
 		}
@@ -59,11 +63,12 @@ func detectVariant(hostNetnsFd int) IptablesVariant {
 	return VariantNft
 }
 
-// runIn runs a command in the netns (fd -1: the agent's own) with stdin.
-func runIn(netnsFd int, bin string, stdin []byte, args ...string) (string, error) {
+// runIn runs a command in the netns (fd -1: the agent's own) with stdin,
+// killing it if ctx ends first.
+func runIn(ctx context.Context, netnsFd int, bin string, stdin []byte, args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	run := func() error {
-		cmd := exec.Command(bin, args...)
+		cmd := exec.CommandContext(ctx, bin, args...)
 		cmd.Stdin = bytes.NewReader(stdin)
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		return cmd.Run()
@@ -75,13 +80,16 @@ func runIn(netnsFd int, bin string, stdin []byte, args ...string) (string, error
 		err = netns.RunIn(netnsFd, run)
 	}
 	if err != nil {
+		if cerr := context.Cause(ctx); cerr != nil {
+			err = fmt.Errorf("%w (%w)", err, cerr)
+		}
 		return out.String(), fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(errOut.String()))
 	}
 	return out.String(), nil
 }
 
-func (b *iptablesBackend) save(fd int, f Family) (ruleset, error) {
-	out, err := runIn(fd, b.bin(f, "save"), nil)
+func (b *iptablesBackend) save(ctx context.Context, fd int, f Family) (ruleset, error) {
+	out, err := runIn(ctx, fd, b.bin(f, "save"), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +100,7 @@ func (b *iptablesBackend) save(fd int, f Family) (ruleset, error) {
 // inject a failure half-way).
 var iptablesRestoreHook func(string) string
 
-func (b *iptablesBackend) restore(fd int, f Family, input string) error {
+func (b *iptablesBackend) restore(ctx context.Context, fd int, f Family, input string) error {
 	if input == "" {
 		return nil
 	}
@@ -100,14 +108,26 @@ func (b *iptablesBackend) restore(fd int, f Family, input string) error {
 		input = iptablesRestoreHook(input)
 	}
 	// -w: wait for the xtables lock (the legacy variant's, shared by
-	// every netns) instead of failing while another restore holds it.
-	_, err := runIn(fd, b.bin(f, "restore"), []byte(input), "--noflush", "-w", "5")
+	// every netns) instead of failing while another restore holds it, but
+	// not past ctx's deadline (a runtime hook's): at most 5 s.
+	_, err := runIn(ctx, fd, b.bin(f, "restore"), []byte(input), "--noflush", "-w", strconv.Itoa(lockWait(ctx)))
 	return err
 }
 
-func (b *iptablesBackend) apply(fd int, p Plan) error {
+// lockWait is how many seconds iptables-restore may wait for the xtables
+// lock: what is left of ctx's time, rounded up, from 1 to 5. The command
+// is killed at the deadline in any case.
+func lockWait(ctx context.Context) int {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 5
+	}
+	return min(max(int(math.Ceil(time.Until(d).Seconds())), 1), 5)
+}
+
+func (b *iptablesBackend) apply(ctx context.Context, fd int, p Plan) error {
 	for _, f := range []Family{IPv4, IPv6} {
-		cur, err := b.save(fd, f)
+		cur, err := b.save(ctx, fd, f)
 		if err != nil {
 			return err
 		}
@@ -117,7 +137,7 @@ func (b *iptablesBackend) apply(fd int, p Plan) error {
 				input = renderApply(p, f, cur)
 			}
 		}
-		if err := b.restore(fd, f, input); err != nil {
+		if err := b.restore(ctx, fd, f, input); err != nil {
 			return fmt.Errorf("apply %s rules: %w", f, err)
 		}
 	}
@@ -129,15 +149,15 @@ func (b *iptablesBackend) apply(fd int, p Plan) error {
 // about what rewriting them does.
 func (b *iptablesBackend) present(int) (bool, error) { return false, nil }
 
-func (b *iptablesBackend) remove(fd int) error {
+func (b *iptablesBackend) remove(ctx context.Context, fd int) error {
 	var errs []error
 	for _, f := range []Family{IPv4, IPv6} {
-		cur, err := b.save(fd, f)
+		cur, err := b.save(ctx, fd, f)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if err := b.restore(fd, f, renderRemove(cur)); err != nil {
+		if err := b.restore(ctx, fd, f, renderRemove(cur)); err != nil {
 			errs = append(errs, fmt.Errorf("remove %s rules: %w", f, err))
 		}
 	}

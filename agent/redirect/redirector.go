@@ -1,5 +1,7 @@
 package redirect
 
+import "context"
+
 // Backend names an in-pod rule backend.
 type Backend string
 
@@ -45,8 +47,8 @@ func DefaultConfig() Config {
 
 // podBackend programs the in-pod filter rules (routing is common).
 type podBackend interface {
-	apply(netnsFd int, p Plan) error
-	remove(netnsFd int) error
+	apply(ctx context.Context, netnsFd int, p Plan) error
+	remove(ctx context.Context, netnsFd int) error
 	// present reports whether meshlet's rules are in the netns, where that
 	// can be checked cheaply; false means "rewrite them".
 	present(netnsFd int) (bool, error)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/google/nftables"
 	"k8s.io/klog/v2"
@@ -84,11 +85,11 @@ func Check(cfg Config) error {
 		if err != nil {
 			return err
 		}
-		if _, err := ipt.save(cfg.HostNetnsFd, IPv4); err != nil {
+		if _, err := ipt.save(context.Background(), cfg.HostNetnsFd, IPv4); err != nil {
 			return fmt.Errorf("iptables (%s variant): %w", ipt.variant, err)
 		}
 		// The node's probe SNAT set (the ip_set module, and NET_ADMIN).
-		if _, err := runIn(cfg.HostNetnsFd, "ipset", nil, "list", "-n"); err != nil {
+		if _, err := runIn(context.Background(), cfg.HostNetnsFd, "ipset", nil, "list", "-n"); err != nil {
 			return fmt.Errorf("iptables backend: ipset: %w", err)
 		}
 		return nil
@@ -98,9 +99,11 @@ func Check(cfg Config) error {
 
 type nftBackend struct{}
 
-func (nftBackend) apply(fd int, p Plan) error   { return applyNftables(fd, p) }
-func (nftBackend) remove(fd int) error          { return removeNftables(fd) }
-func (nftBackend) present(fd int) (bool, error) { return hasNftTable(fd) }
+// The nftables backend writes in-process over netlink, in one batch that
+// waits on no lock: it needs no deadline.
+func (nftBackend) apply(_ context.Context, fd int, p Plan) error { return applyNftables(fd, p) }
+func (nftBackend) remove(_ context.Context, fd int) error        { return removeNftables(fd) }
+func (nftBackend) present(fd int) (bool, error)                  { return hasNftTable(fd) }
 
 // Apply programs the pod: routing, in-pod rules, node-side SNAT. The three
 // are independent kernel transactions and run concurrently (the in-pod
@@ -237,7 +240,7 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 	if adoptable && r.rulesPresent(fd) {
 		logger.V(2).Info("Kept the redirection a previous agent applied", "plan", p)
 	} else {
-		ruleErr = r.backend.apply(fd, p)
+		ruleErr = r.backend.apply(ctx, fd, p)
 	}
 	wg.Wait()
 	if err := errors.Join(routeErr, ruleErr, hostErr); err != nil {
@@ -247,7 +250,10 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 				errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
 			}
 		}
-		if err := r.backend.remove(fd); err != nil {
+		// The undo runs even when ctx's deadline is what failed the apply.
+		undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		if err := r.backend.remove(undo, fd); err != nil {
 			errs = append(errs, fmt.Errorf("undo rules: %w", err))
 		}
 		if err := removeRouting(fd); err != nil {
@@ -259,20 +265,23 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 	return nil
 }
 
+// undoTimeout bounds the undo of a failed apply.
+const undoTimeout = 5 * time.Second
+
 func (r *Redirector) rulesPresent(fd int) bool {
 	has, err := r.backend.present(fd)
 	return err == nil && has
 }
 
 // Remove undoes Apply. RemoveHostOnly never touches the pod's netns.
-func (r *Redirector) Remove(_ context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
+func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
 	var errs []error
 	if err := r.probe.delete(w.IPs); err != nil {
 		errs = append(errs, err)
 	}
 	if scope == enroll.RemoveAll {
 		errs = append(errs, w.Netns.WithFd(func(fd int) error {
-			return errors.Join(r.backend.remove(fd), removeRouting(fd))
+			return errors.Join(r.backend.remove(ctx, fd), removeRouting(fd))
 		}))
 	}
 	return errors.Join(errs...)
