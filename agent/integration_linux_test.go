@@ -93,6 +93,10 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	if err := core.Reconcile(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
+	// Running pods are handed to ztunnel in the background.
+	if err := zt.WaitFor(waitCtx, func(rs []*zdstest.Request) bool { return zdstest.Count(rs, zdstest.Add) == 2 }); err != nil {
+		t.Fatal(err)
+	}
 	// Per enrolled pod: the core's handle, the ZDS server's dup for
 	// replays, and the fd the in-process ztunnel stand-in received.
 	if got := podFds(t, pods); got != 2*3 {

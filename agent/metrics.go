@@ -7,6 +7,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
@@ -33,7 +34,15 @@ var (
 	_ cnifallback.Metrics = (*metrics)(nil)
 )
 
-func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func() int, watcher *kube.Watcher, events *kube.Events) *metrics {
+// ztunnelLink is what the metrics read of the ZDS server.
+type ztunnelLink interface {
+	Connections() int
+	Refused() int
+}
+
+var _ ztunnelLink = (*zds.Server)(nil)
+
+func newMetrics(reg prometheus.Registerer, core *enroll.Core, zt ztunnelLink, watcher *kube.Watcher, events *kube.Events) *metrics {
 	m := &metrics{
 		events: events,
 		enrollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -87,7 +96,11 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, ztunnelConns func(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_ztunnel_connections",
 			Help: "Live ztunnel connections on the ZDS socket.",
-		}, func() float64 { return float64(ztunnelConns()) }),
+		}, func() float64 { return float64(zt.Connections()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meshlet_ztunnel_refused_pods",
+			Help: "Running pods whose Add ztunnel refused: they keep their redirection, and meshlet retries the Add until ztunnel takes it (ztunnel retries too).",
+		}, func() float64 { return float64(zt.Refused()) }),
 	)
 	if watcher != nil {
 		reg.MustRegister(

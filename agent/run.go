@@ -220,9 +220,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var m *metrics
 	if api != nil {
-		m = newMetrics(reg, core, server.Connections, api.watcher, api.events)
+		m = newMetrics(reg, core, server, api.watcher, api.events)
 	} else {
-		m = newMetrics(reg, core, server.Connections, nil, nil)
+		m = newMetrics(reg, core, server, nil, nil)
 	}
 	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.mode.WithLabelValues(string(mode)).Set(1) },
 		build: func(ctx context.Context, mode Mode) (podSource, error) {

@@ -100,18 +100,21 @@ const (
 	// HandoverNow fails when no proxy is connected: a pod that is starting
 	// must not run as if it were meshed while nothing proxies it.
 	HandoverNow Handover = iota
-	// HandoverDeferred registers the workload for the next proxy
-	// connection's snapshot when none is connected: for pods that already
-	// run (agent restart, late enrollment, label changes), where failing
-	// would change nothing.
+	// HandoverDeferred hands the workload over without waiting for the
+	// proxy: registered, then sent in the background, or with the next
+	// proxy connection's snapshot when none is connected; a refusal is
+	// retried until the proxy takes it. For pods that already run (agent
+	// restart, late enrollment, label changes), where failing would only
+	// take a running pod out of the mesh, and where waiting for one round
+	// trip per pod would hold up the runtime's Synchronize.
 	HandoverDeferred
 )
 
 // ProxyLink hands workloads to the node proxy (ztunnel).
 type ProxyLink interface {
-	// AddWorkload returns once the proxy acknowledged the workload (or,
-	// with HandoverDeferred and no proxy connected, once it is registered
-	// for the next connection); any error means the proxy does not have it.
+	// AddWorkload returns once the proxy acknowledged the workload (with
+	// HandoverDeferred, once it is registered: see there); any error
+	// means the proxy does not have it.
 	AddWorkload(ctx context.Context, w *Workload, h Handover) error
 	// DelWorkload tells the proxy to drop the workload.
 	DelWorkload(ctx context.Context, uid string) error

@@ -123,6 +123,8 @@ func TestRestartDisruptsNoPod(t *testing.T) {
 			if err := second.AddWorkload(context.Background(), pods["later"], enroll.HandoverDeferred); err != nil {
 				t.Fatal(err)
 			}
+			// A running pod's Add goes out in the background.
+			waitProxies(t, state, 2)
 			if v := state.Violations(); len(v) > 0 {
 				t.Fatalf("protocol errors: %q", v)
 			}
@@ -159,5 +161,65 @@ func TestSnapshotHoldIsBounded(t *testing.T) {
 	}
 	if want := []string{"keep p1", "keep p2", "snapshot_sent"}; len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("ztunnel got %q, want %q", got, want)
+	}
+}
+
+// waitProxies waits until ztunnel runs n proxies.
+func waitProxies(t testing.TB, state *zdstest.State, n int) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for len(state.Proxies()) != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("ztunnel runs proxies %v, want %d", state.Proxies(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRefusedRunningPodIsRetried: ztunnel's refusal of a running pod's Add
+// keeps the pod registered (the core keeps its rules) and is retried until
+// ztunnel takes it; ztunnel is never told to drop it.
+func TestRefusedRunningPodIsRetried(t *testing.T) {
+	path := socketPath(t)
+	s := listen(t, zds.Config{SocketPath: path})
+	serveUntil(t, s)
+	state := &zdstest.State{RetryEvery: time.Hour} // only meshlet's retries count here
+	defer state.Close()
+	refusals := 2
+	zt := &zdstest.Ztunnel{State: state, Decide: func(r *zdstest.Request) string {
+		if r.Kind == zdstest.Add && refusals > 0 {
+			refusals--
+			return "netns not ready (test)"
+		}
+		return ""
+	}}
+	if err := zt.Start(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(zt.Stop)
+	waitSnapshot(t, zt)
+	w := workload(t, "running")
+	if err := s.AddWorkload(context.Background(), w, enroll.HandoverDeferred); err != nil {
+		t.Fatalf("a running pod's AddWorkload = %v, want it registered whatever ztunnel answers", err)
+	}
+	deadline := time.Now().Add(wait)
+	for s.Refused() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused running pod is not counted as refused")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitProxies(t, state, 1)
+	if got := state.Proxies()["running"]; got != w.Netns.Inode() {
+		t.Fatalf("ztunnel runs the pod in netns %d, want %d", got, w.Netns.Inode())
+	}
+	if s.Refused() != 0 || s.Workloads() != 1 {
+		t.Fatalf("after ztunnel took it: %d refused, %d registered; want 0 and 1", s.Refused(), s.Workloads())
+	}
+	if n := zdstest.Count(zt.Requests(), zdstest.Del); n != 0 {
+		t.Fatalf("ztunnel was told %d times to drop a running pod it refused", n)
+	}
+	if n := zdstest.Count(zt.Requests(), zdstest.Add); n != 3 {
+		t.Fatalf("ztunnel got %d Adds, want 3 (two refused, one taken)", n)
 	}
 }

@@ -104,10 +104,23 @@ type Server struct {
 	nextID    uint64
 	closed    bool
 	wg        sync.WaitGroup
-	// bg counts requests sent on behalf of a caller that could not wait
-	// for them (Dels).
-	bg sync.WaitGroup
+	// refused are the running pods whose Add ztunnel refused, retried
+	// until it takes them: pod UID → the workload refused.
+	refused map[string]*workload
+	// life ends with the server: requests sent on behalf of a caller that
+	// did not wait for them (bg) run on it.
+	life    context.Context
+	endLife context.CancelFunc
+	bg      sync.WaitGroup
 }
+
+// Retries of a running pod's refused Add: ztunnel retries it by itself
+// (about every 5 s) while it holds it; meshlet's retries reach a ztunnel
+// that does not (a new connection, a restarted ztunnel).
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
 
 var _ enroll.ProxyLink = (*Server)(nil)
 
@@ -144,7 +157,9 @@ func Listen(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("zds: %w", err)
 	}
-	return &Server{cfg: cfg, ln: ln, workloads: make(map[string]*workload), previous: map[string]struct{}{}}, nil
+	life, endLife := context.WithCancel(context.Background())
+	return &Server{cfg: cfg, ln: ln, workloads: make(map[string]*workload), previous: map[string]struct{}{},
+		refused: map[string]*workload{}, life: life, endLife: endLife}, nil
 }
 
 // Resume tells the server what a previous agent on this node handed to
@@ -230,6 +245,7 @@ func (s *Server) shutdown() {
 	s.closed = true
 	conns := append([]*conn(nil), s.conns...)
 	s.mu.Unlock()
+	s.endLife()
 	_ = s.ln.Close()
 	for _, c := range conns {
 		c.close(errors.New("server shutting down"))
@@ -436,10 +452,19 @@ func workloadInfo(w *enroll.Workload) *zdspb.WorkloadInfo {
 }
 
 // AddWorkload registers the workload and sends Add, with a dup of its netns
-// fd, to the newest connection; it returns when ztunnel acks. With no
-// connection it fails with ErrNoProxy, or with HandoverDeferred keeps the
-// workload registered for the next connection's snapshot. On any error the
-// workload is not registered.
+// fd, to the newest connection.
+//
+// A starting pod's (HandoverNow) returns when ztunnel acks; it fails with
+// ErrNoProxy when no ztunnel is connected, and on any error the workload
+// is not registered (and ztunnel, which may have it, gets a Del).
+//
+// A running pod's (HandoverDeferred) returns once the workload is
+// registered: the Add goes to the newest connection in its turn, in the
+// background, or with the next connection's snapshot. A refusal keeps the
+// pod registered (its rules stay) and is retried with backoff until
+// ztunnel takes it, as ztunnel retries it by itself (Refused counts them).
+// So adopting a node's pods after a restart takes no ztunnel round trip
+// per pod inside the runtime's Synchronize.
 func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload, h enroll.Handover) error {
 	if ew.Netns == nil {
 		return errors.New("zds add: workload has no netns")
@@ -461,23 +486,12 @@ func (s *Server) AddWorkload(ctx context.Context, ew *enroll.Workload, h enroll.
 	if c == nil {
 		return nil // deferred: the next connection's snapshot carries it
 	}
+	if h == enroll.HandoverDeferred {
+		s.handOver(c, w)
+		return nil
+	}
 	if err := c.send(ctx, w); err != nil {
-		var nack *NackError
-		if h == enroll.HandoverDeferred && errors.Is(err, errNoTurn) {
-			// The connection was busy past the caller's deadline: the Add
-			// goes out in its turn, in the background.
-			s.sendInBackground(ctx, c, w)
-			return nil
-		}
-		if h == enroll.HandoverDeferred && !errors.As(err, &nack) && !errors.Is(err, errRetired) {
-			// The connection failed under the Add (closed, timed out, or
-			// abandoned with the caller's deadline): as with no connection
-			// at all, the next connection's snapshot carries it (and the
-			// abandoned Add still gets its answer). Only ztunnel's refusal
-			// fails a running pod.
-			return nil
-		}
-		s.unregister(ctx, w)
+		s.unregister(w)
 		return fmt.Errorf("zds add: %w", err)
 	}
 	return nil
@@ -511,7 +525,7 @@ func (s *Server) register(w *workload, deferOK bool) (*conn, error) {
 // in its replay, and the one that failed may still get to run it (an Add
 // its caller gave up on) or retry it (ztunnel retries a refused Add by
 // itself until told to forget it).
-func (s *Server) unregister(ctx context.Context, w *workload) {
+func (s *Server) unregister(w *workload) {
 	s.mu.Lock()
 	if s.workloads[w.uid] == w {
 		delete(s.workloads, w.uid)
@@ -520,32 +534,90 @@ func (s *Server) unregister(ctx context.Context, w *workload) {
 	s.mu.Unlock()
 	w.retire()
 	for _, c := range conns {
-		s.delInBackground(ctx, c, w.uid)
+		s.delInBackground(c, w.uid)
 	}
 }
 
-// sendInBackground sends a running pod's Add on c on a context of its own.
-// A refusal leaves the pod with ztunnel, which retries a refused Add by
-// itself; a connection that fails meanwhile is replaced by one whose
-// snapshot carries the pod.
-func (s *Server) sendInBackground(ctx context.Context, c *conn, w *workload) {
+// handOver sends a running pod's Add on c in its turn, in the background,
+// and retries a refusal with backoff on the newest connection until
+// ztunnel takes it. It stops when the workload is deleted or replaced,
+// when the connection fails (the next connection's snapshot carries the
+// workload), or with the server.
+func (s *Server) handOver(c *conn, w *workload) {
 	s.bg.Go(func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.AckTimeout)
-		defer cancel()
-		if err := c.send(cctx, w); err != nil && !errors.Is(err, errConnClosed) && !errors.Is(err, errRetired) {
-			c.log.Info("ztunnel Add of a running pod failed; ztunnel retries a refused one by itself", "podUID", w.uid, "err", err)
+		backoff := retryMin
+		for {
+			err := c.send(s.life, w)
+			var nack *NackError
+			if !errors.As(err, &nack) {
+				s.setRefused(w, false)
+				if err != nil && !errors.Is(err, errRetired) && !errors.Is(err, errConnClosed) && s.life.Err() == nil {
+					c.log.Info("Handing a running pod to ztunnel failed; the next connection's snapshot carries it", "podUID", w.uid, "err", err)
+				}
+				return
+			}
+			if s.setRefused(w, true) {
+				c.log.Info("ztunnel refused a running pod: its redirection stays, and the Add is retried until ztunnel takes it",
+					"podUID", w.uid, "reason", nack.Reason, "retryIn", backoff)
+			}
+			select {
+			case <-s.life.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, retryMax)
+			if c = s.newest(); c == nil {
+				return
+			}
 		}
 	})
+}
+
+// setRefused records whether w's Add stands refused; it reports whether
+// that is new.
+func (s *Server) setRefused(w *workload, refused bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was := s.refused[w.uid] == w
+	switch {
+	case refused:
+		s.refused[w.uid] = w
+	case was:
+		delete(s.refused, w.uid)
+	}
+	return refused && !was
+}
+
+// Refused returns how many running pods' Adds ztunnel refused and meshlet
+// retries.
+func (s *Server) Refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for uid, w := range s.refused {
+		if s.workloads[uid] == w {
+			n++
+		}
+	}
+	return n
+}
+
+// newest is the newest connection, or nil.
+func (s *Server) newest() *conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if n := len(s.conns); n > 0 {
+		return s.conns[n-1]
+	}
+	return nil
 }
 
 // delInBackground sends Del for uid on c on a context of its own (the
 // caller's deadline may be what it could not wait for). It is not sent if
 // a workload of the pod was registered meanwhile.
-func (s *Server) delInBackground(ctx context.Context, c *conn, uid string) {
+func (s *Server) delInBackground(c *conn, uid string) {
 	s.bg.Go(func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*s.cfg.AckTimeout)
-		defer cancel()
-		err := c.request(cctx, s.del(uid))
+		err := c.request(s.life, s.del(uid))
 		if err != nil && !errors.Is(err, errConnClosed) && !errors.Is(err, errRetired) {
 			c.log.Info("ztunnel Del failed", "podUID", uid, "err", err)
 		}
@@ -575,6 +647,7 @@ func (s *Server) DelWorkload(ctx context.Context, uid string) error {
 	w := s.workloads[uid]
 	delete(s.workloads, uid)
 	delete(s.previous, uid)
+	delete(s.refused, uid)
 	conns := append([]*conn(nil), s.conns...)
 	s.mu.Unlock()
 	if w != nil {
@@ -588,7 +661,7 @@ func (s *Server) DelWorkload(ctx context.Context, uid string) error {
 		switch {
 		case err == nil, errors.Is(err, errConnClosed), errors.Is(err, errRetired):
 		case errors.Is(err, errNoTurn):
-			s.delInBackground(ctx, c, uid)
+			s.delInBackground(c, uid)
 		default:
 			errs = append(errs, err)
 		}
