@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/meshlet/meshlet/draplugin/gate"
@@ -193,8 +194,16 @@ func (c Config) RemoveGate() error {
 // usage: a directory mounted noexec, a binary for another architecture or
 // a truncated copy fails here, at start-up, instead of at each container
 // start.
+//
+// A binary just written can fail to start with ETXTBSY while a process
+// forked meanwhile (by any goroutine) still holds the write descriptor it
+// inherited, until that child execs: such a start is tried again.
 func checkHookRuns(path string) error {
 	out, err := exec.Command(path, "-h").CombinedOutput()
+	for wait := 5 * time.Millisecond; errors.Is(err, syscall.ETXTBSY) && wait < 2*time.Second; wait *= 2 {
+		time.Sleep(wait)
+		out, err = exec.Command(path, "-h").CombinedOutput()
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) && exit.ExitCode() == gate.ExitUsage && bytes.Contains(out, []byte("-socket")) {
 		return nil

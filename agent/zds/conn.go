@@ -38,8 +38,11 @@ type conn struct {
 
 	mu      sync.Mutex
 	waiting chan *zdspb.Ack // set while a request awaits its ack
-	err     error           // why the connection closed
-	done    chan struct{}   // closed with the connection
+	// added are the workloads whose Add went out on this connection (the
+	// snapshot needs no Keep for them).
+	added map[string]*workload
+	err   error         // why the connection closed
+	done  chan struct{} // closed with the connection
 }
 
 // outgoing is one request to send.
@@ -58,7 +61,7 @@ type outgoing struct {
 
 func newConn(uc *net.UnixConn, id uint64, ackTimeout time.Duration, log logr.Logger) *conn {
 	return &conn{uc: uc, id: id, ackTimeout: ackTimeout, log: log.WithValues("conn", id),
-		turn: make(chan struct{}, 1), done: make(chan struct{})}
+		turn: make(chan struct{}, 1), added: map[string]*workload{}, done: make(chan struct{})}
 }
 
 // close closes the connection once, recording why.
@@ -203,6 +206,11 @@ func (c *conn) request(ctx context.Context, o outgoing) error {
 		c.close(fmt.Errorf("write %s: %w", o.kind, err))
 		return fmt.Errorf("send %s: %w", o.kind, err)
 	}
+	if o.fdOf != nil {
+		c.mu.Lock()
+		c.added[o.uid] = o.fdOf
+		c.mu.Unlock()
+	}
 	timer := time.NewTimer(time.Until(ackBy))
 	select {
 	case ack := <-ch:
@@ -224,6 +232,13 @@ func (c *conn) request(ctx context.Context, o outgoing) error {
 		timer.Stop()
 		return fmt.Errorf("%w while waiting for ack to %s: %v", errConnClosed, o.kind, c.cause())
 	}
+}
+
+// sentAdd reports whether w's Add went out on this connection.
+func (c *conn) sentAdd(w *workload) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.added[w.uid] == w
 }
 
 // awaitAbandoned waits, holding the connection's turn, for the ack of a

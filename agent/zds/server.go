@@ -384,9 +384,9 @@ func (s *Server) awaitListing(ctx context.Context, c *conn) (bool, time.Duration
 
 // keepUnnamed names, with Keep, every pod ztunnel should go on proxying
 // that the replay did not: a previous agent's not yet adopted, and those
-// registered since the replay began (their Add may not have reached this
-// connection yet). A Keep for a pod deleted meanwhile is not sent. It
-// returns how many it sent.
+// registered since the replay began whose Add has not gone out on this
+// connection yet. A Keep for a pod deleted meanwhile, or whose Add went
+// out meanwhile, is not sent. It returns how many it sent.
 func (s *Server) keepUnnamed(ctx context.Context, c *conn, replayed map[*workload]bool) (int, error) {
 	s.mu.Lock()
 	var uids []string
@@ -402,7 +402,7 @@ func (s *Server) keepUnnamed(ctx context.Context, c *conn, replayed map[*workloa
 	sort.Strings(uids)
 	kept := 0
 	for _, uid := range uids {
-		err := c.request(ctx, outgoing{req: keepRequest(uid), kind: "keep", uid: uid, wanted: func() bool { return s.named(uid) }})
+		err := c.request(ctx, outgoing{req: keepRequest(uid), kind: "keep", uid: uid, wanted: func() bool { return s.unnamedOn(c, uid) }})
 		var nack *NackError
 		switch {
 		case err == nil:
@@ -417,13 +417,15 @@ func (s *Server) keepUnnamed(ctx context.Context, c *conn, replayed map[*workloa
 	return kept, nil
 }
 
-// named reports whether ztunnel should go on proxying the pod: it is
-// registered, or a previous agent's not yet added or deleted.
-func (s *Server) named(uid string) bool {
+// unnamedOn reports whether ztunnel should go on proxying the pod (it is
+// registered, or a previous agent's not yet added or deleted) and c has
+// not carried its Add.
+func (s *Server) unnamedOn(c *conn, uid string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	_, prev := s.previous[uid]
-	return prev || s.workloads[uid] != nil
+	w := s.workloads[uid]
+	s.mu.Unlock()
+	return prev || w != nil && !c.sentAdd(w)
 }
 
 // unregistered reports whether no workload of the pod is registered: a

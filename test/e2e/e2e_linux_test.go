@@ -100,6 +100,19 @@ func (m *mesh) connectZtunnel() {
 // gives (zdstest.Ztunnel.Decide) and waits for its snapshot.
 func (m *mesh) connectZtunnelDeciding(decide func(*zdstest.Request) string) {
 	m.t.Helper()
+	m.dialZtunnel(decide)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := m.zt.WaitSnapshot(ctx); err != nil {
+		m.t.Fatal(err)
+	}
+}
+
+// dialZtunnel connects a ztunnel stand-in whose answers decide gives,
+// without waiting for its snapshot (meshlet ends it once it has listed the
+// runtime's pods).
+func (m *mesh) dialZtunnel(decide func(*zdstest.Request) string) {
+	m.t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	if m.state == nil {
 		m.state = &zdstest.State{}
@@ -115,11 +128,6 @@ func (m *mesh) connectZtunnelDeciding(decide func(*zdstest.Request) string) {
 			m.t.Fatalf("ztunnel stand-in could not connect: %v (meshlet log %s)", err, m.meshlet.LogPath)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := zt.WaitSnapshot(ctx); err != nil {
-		m.t.Fatal(err)
 	}
 	m.zt = zt
 }

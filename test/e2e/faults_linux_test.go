@@ -283,6 +283,14 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 	if broken {
 		f.recover(t, m)
 	}
+	// The pods whose sandbox the runtime made (runp succeeded) and that
+	// still run went through every fault after it: ztunnel, which keeps
+	// its proxies across connections, must not have drained or restarted
+	// any of theirs.
+	var ran []string
+	for _, p := range live {
+		ran = append(ran, p.spec.UID)
+	}
 	// A runp that failed because the runtime went away mid-request may
 	// have left a sandbox that runs all the same (containerd finishes
 	// it): meshlet must treat it like any other, so the invariant does.
@@ -311,6 +319,12 @@ func churn(t *testing.T, f fault, seed uint64, k int) {
 		}
 	}
 	took := m.waitInvariant(t, 15*time.Second, meshed, plain)
+	if d := m.state.Disruptions(ran...); len(d) > 0 {
+		t.Errorf("%s disrupted pods at ztunnel:\n%s", f.name, strings.Join(d, "\n"))
+	}
+	if v := m.state.Violations(); len(v) > 0 {
+		t.Errorf("%s: meshlet broke ztunnel's protocol: %q", f.name, v)
+	}
 	t.Logf("%s: %d pods, %d faults, %d sandboxes and %d app containers refused; %d mesh and %d plain pods running; the invariant held %v after the last recovery; the last meshlet counted %v late enrollments and %v missed removals",
 		f.name, pods, injected, refusedSandboxes, refusedApps, len(meshed), len(plain), took.Round(time.Millisecond),
 		m.metric("meshlet_late_enrollments_total"), m.metric("meshlet_missed_removals_total"))

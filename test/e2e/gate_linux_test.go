@@ -50,7 +50,6 @@ func TestGate(t *testing.T) {
 	m := &mesh{t: t, env: e, socket: filepath.Join(t.TempDir(), "zt.sock"),
 		flags: []string{"--kubeconfig=" + kubeconfig, "--kubelet-root-dir=" + c.KubeletRootDir(), "--mode=nri", "--nri-socket=" + nriLink}}
 	m.startMeshlet()
-	m.connectZtunnel()
 	t.Cleanup(func() {
 		if m.zt != nil {
 			m.zt.Stop()
@@ -61,6 +60,9 @@ func TestGate(t *testing.T) {
 			}
 		}
 	})
+	// Its snapshot ends once meshlet has listed the runtime's pods: after
+	// NRI connects, below.
+	m.dialZtunnel(nil)
 	t.Cleanup(func() {
 		if err := c.DeletePods(); err != nil {
 			t.Errorf("delete pods: %v", err)
