@@ -572,6 +572,14 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	info.Held = s.enrolled != nil || s.checkpointed != nil
 	d := c.ports.Policy.Decide(pod, info)
+	if !d.Enroll && info.Unknown && info.Held {
+		// Decided without the API server (a restart while it is down):
+		// the pod stays as this agent, or the previous one, meshed it,
+		// with the service account it had, until the source knows.
+		podLogger(ctx, pod).Info("Keeping a meshed pod in the mesh: its source could not say whether it still is", "wouldBe", d.Reason)
+		d = Decision{Enroll: true, Reason: ReasonKeptUnknown}
+		info.ServiceAccount = s.heldServiceAccount()
+	}
 	if !d.Enroll {
 		return c.skip(ctx, s, h, d)
 	}
@@ -615,6 +623,11 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			// CreateContainer gate, watchers): nothing allocated, nothing
 			// changed, and the redirector would install the same rules.
 			_ = ns.Close()
+			if s.reason != d.Reason {
+				// Decided again for another reason (the source now knows
+				// the pod it could not say about).
+				c.setState(s, StateEnrolled, d.Reason)
+			}
 			return Result{Enrolled: true, Reason: d.Reason}, nil
 		}
 	}
@@ -846,6 +859,15 @@ func (c *Core) dropInherited(ctx context.Context, s *slot) error {
 		return fmt.Errorf("ztunnel del of pod %s, enrolled by the previous agent: %w", s.pod.UID, err)
 	}
 	return nil
+}
+
+// heldServiceAccount is the service account the pod was meshed with, by
+// this agent or the previous one.
+func (s *slot) heldServiceAccount() string {
+	if s.enrolled != nil {
+		return s.enrolled.ServiceAccount
+	}
+	return s.checkpointed.ServiceAccount
 }
 
 func (s *slot) ref() PodRef {

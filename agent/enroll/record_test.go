@@ -386,3 +386,42 @@ func TestHookBehindABusyPodAnswersInTime(t *testing.T) {
 		t.Fatal("the released pod is still at the proxy")
 	}
 }
+
+// unknownResolver says nothing it knows: the API server is unreachable.
+type unknownResolver struct{}
+
+func (unknownResolver) Resolve(context.Context, *Pod) (PodInfo, error) {
+	return PodInfo{ServiceAccount: DefaultServiceAccount, Unknown: true}, nil
+}
+
+// TestHeldPodKeptWhileTheSourceCannotSay: restarted while the API server
+// is down, meshlet cannot see the namespace label that selected a pod; the
+// pod the previous meshlet meshed is adopted as it was (its service
+// account included), not taken out of the mesh, and a pod it never held
+// is decided from what is known.
+func TestHeldPodKeptWhileTheSourceCannotSay(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	h := newHarness(t, Record{UID: "held", Name: "name-held", Namespace: "default", ServiceAccount: "reviews", NetnsInode: 1,
+		IPs: ip, Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"})
+	h.core.ports.Resolver = unknownResolver{}
+	held := h.pod("held", 1, nil) // selected by its namespace's label, which nobody can read now
+	held.IPs = ip
+	other := h.pod("other", 2, nil)
+	if err := h.core.Reconcile(ctx, []Pod{held, other}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := h.core.Status("held"); st.State != StateEnrolled || st.Reason != ReasonKeptUnknown {
+		t.Fatalf("held pod: %s (%s), want enrolled, %s", st.State, st.Reason, ReasonKeptUnknown)
+	}
+	if r, _ := h.core.Record("held"); r.ServiceAccount != "reviews" {
+		t.Fatalf("held pod's record has service account %q, want the one it was meshed with", r.ServiceAccount)
+	}
+	if st, _ := h.core.Status("other"); st.State != StateSkipped {
+		t.Fatalf("a pod never meshed: %s, want skipped", st.State)
+	}
+	got := h.rec.take()
+	slices.Sort(got)
+	if want := []string{"add held inode=1 sa=reviews", "adopt held inode=1", "remove other inode=2 scope=all"}; !slices.Equal(got, want) {
+		t.Fatalf("calls\n got  %q\n want %q", got, want)
+	}
+}

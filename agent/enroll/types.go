@@ -50,6 +50,12 @@ type PodInfo struct {
 	// in the mesh, or its previous run had (the checkpoint holds it), so
 	// a decision about it is about keeping it.
 	Held bool
+	// Unknown says the source could not say (the API server unreachable,
+	// or the pod not in it yet): the labels are the sandbox's and the
+	// namespace's last known, the service account a default. A decision
+	// on such information never takes a held pod out of the mesh; the
+	// resolver has the pod decided again once it knows.
+	Unknown bool
 }
 
 // Metadata returns the pod's current labels and annotations: the API
@@ -92,6 +98,11 @@ func (o SettingsOverride) over(s *Settings, taken *SettingsOverride) {
 		s.BypassInbound, taken.BypassInbound = *o.BypassInbound, o.BypassInbound
 	}
 }
+
+// ReasonKeptUnknown is the decision's reason for a meshed pod kept in the
+// mesh because its source could not say whether it still is
+// (PodInfo.Unknown).
+const ReasonKeptUnknown = "kept-source-unknown"
 
 // Decision is policy's verdict for one pod.
 type Decision struct {

@@ -177,7 +177,7 @@ func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo,
 		w.mu.Unlock()
 		klog.FromContext(ctx).Info("Pod not known to the API server; deciding from the sandbox's labels",
 			"pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
-		info := enroll.PodInfo{ServiceAccount: enroll.DefaultServiceAccount}
+		info := enroll.PodInfo{ServiceAccount: enroll.DefaultServiceAccount, Unknown: true}
 		if ns, err := w.nsList.Get(pod.Namespace); err == nil {
 			info.NamespaceLabels = ns.Labels
 		}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -8,8 +9,16 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/state"
+	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/kube/kubeenv"
 )
 
 // disruptionPods is how many mesh pods run through every lifecycle event.
@@ -132,6 +141,120 @@ func TestNoMeshConnectionDropped(t *testing.T) {
 			t.Fatalf("after the ztunnel restart, pod %s: %+v, want its proxy started once", p.spec.Name, c)
 		}
 	}
+}
+
+// TestRestartWithTheAPIServerDown: meshlet restarts while the API server,
+// the only holder of the namespace label that selects the mesh pods, is
+// down. The restarted meshlet waits for the API server (bounded), then
+// lists the runtime's pods and keeps the ones the previous meshlet meshed
+// as they were: no pod leaves the mesh, ztunnel's snapshot names them all
+// (no proxy drained or restarted), and once the API server is back they
+// stay enrolled.
+func TestRestartWithTheAPIServerDown(t *testing.T) {
+	e := theEnv(t)
+	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	k, err := kubeenv.StartIn(bin, t.TempDir(), e.NetnsPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Stop) // after meshlet's stop: cleanups run last first
+	c, err := kubernetes.NewForConfig(k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const ns = "app-restart" // labelled for the mesh in the API only
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: ambient}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "reviews"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := k.Kubeconfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "zt.sock")
+	m := &mesh{t: t, env: e, socket: socket, flags: []string{"--kubeconfig=" + kubeconfig, "--dra=false"}}
+	m.startMeshlet()
+	t.Cleanup(func() {
+		if m.meshlet != nil {
+			if err := m.meshlet.Stop(); err != nil {
+				t.Errorf("meshlet stop: %v", err)
+			}
+		}
+	})
+	zt := followZtunnel(t, socket)
+	if err := m.meshlet.WaitReady(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var pods []*pod
+	var uids []string
+	for i := range 10 {
+		apiPod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restart-%d", i)},
+			Spec: corev1.PodSpec{NodeName: env.NodeName, ServiceAccountName: "reviews", AutomountServiceAccountToken: new(bool),
+				Containers: []corev1.Container{{Name: "app", Image: env.Image}}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &pod{spec: env.PodSpec{Name: apiPod.Name, Namespace: ns, UID: string(apiPod.UID)}}
+		if p.id, err = e.RunPod(p.spec); err != nil {
+			t.Fatalf("run pod %s: %v", p.spec.Name, err)
+		}
+		t.Cleanup(func() { _ = e.RemovePod(p.id) })
+		if p.info, err = e.InspectPod(p.id); err != nil {
+			t.Fatal(err)
+		}
+		pods, uids = append(pods, p), append(uids, p.spec.UID)
+	}
+	check := func(event string, bound time.Duration) {
+		t.Helper()
+		cur := zt.current()
+		cur.meshlet = m.meshlet
+		took := cur.waitInvariant(t, bound, pods, nil)
+		if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
+			t.Fatalf("%s disrupted %d of %d running mesh pods:\n%s", event, len(d), len(pods), strings.Join(d, "\n"))
+		}
+		for _, r := range cur.zt.Requests() {
+			if r.Kind == zdstest.Add && r.Info.GetServiceAccount() != "reviews" {
+				t.Fatalf("%s: ztunnel got %s with service account %q, want reviews", event, r, r.Info.GetServiceAccount())
+			}
+		}
+		t.Logf("%s: every pod enrolled after %v; no proxy drained or restarted", event, took.Round(time.Millisecond))
+	}
+	check("enrollment", 30*time.Second)
+
+	if err := k.StopAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.meshlet.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	m.startMeshlet()
+	// The new meshlet waits up to 30 s for the API server before it
+	// serves the runtime; the snapshot waits for the runtime's listing.
+	check("meshlet restarted while the API server is down", 90*time.Second)
+	for _, p := range pods {
+		if d, _ := debugPod(t, e.MeshletStateDir(), p.spec.UID); d.State != "enrolled" || d.Reason != enroll.ReasonKeptUnknown {
+			t.Fatalf("pod %s without the API server: %s (%s), want enrolled, %s", p.spec.Name, d.State, d.Reason, enroll.ReasonKeptUnknown)
+		}
+	}
+
+	if err := k.StartAPIServer(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.meshlet.WaitReady(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods {
+		waitFor(t, "pod "+p.spec.Name+" decided by its namespace's label again", func() bool {
+			d, ok := debugPod(t, e.MeshletStateDir(), p.spec.UID)
+			return ok && d.State == "enrolled" && d.Reason == "namespace-label"
+		})
+	}
+	check("the API server back", 30*time.Second)
 }
 
 // dropFromCheckpoint rewrites meshlet's checkpoint without the pod, as a
