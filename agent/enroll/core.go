@@ -649,22 +649,43 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		return c.fail(ctx, s, StepRedirect, err)
 	}
 	want := &Workload{Record: rec, Netns: ns}
+	// reprogrammed: the pod's rules change while the proxy's workload
+	// stays the same; the proxy still has it, and must be told to drop it
+	// if the new rules do not go in.
+	reprogrammed := false
 	if old != nil {
-		// A new netns means a new sandbox: the old one is going away, so
-		// only node-side state is removed. Same netns with new settings:
-		// take the old rules out before putting the new ones in.
-		scope := RemoveHostOnly
-		if old.NetnsInode == want.NetnsInode && !keepRules {
-			scope = RemoveAll
-		}
 		podDebug(ctx, pod, "Pod changed, re-enrolling", "oldNetnsInode", old.NetnsInode, "netnsInode", want.NetnsInode)
-		if err := c.release(ctx, s, scope, StateReleased, "replaced"); err != nil {
-			podLogger(ctx, pod).Error(err, "Releasing the previous enrollment reported an error; continuing")
+		if !keepRules && old.sameIdentity(&want.Record) {
+			// Same netns, same identity, new settings: the old rules come
+			// out before the new ones go in, but the proxy keeps the pod
+			// (the Add below, in the same netns, is a no-op for ztunnel,
+			// where a Del would drain the pod and reset its connections).
+			reprogrammed = true
+			c.setState(s, StateReleasing, "replaced")
+			if err := c.ports.Redirector.Remove(ctx, old, RemoveAll); err != nil {
+				podLogger(ctx, pod).Error(err, "Removing the previous rules reported an error; continuing")
+			}
+			_ = old.Netns.Close()
+			s.enrolled = nil
+			c.setState(s, StateReleased, "replaced")
+		} else {
+			// A new netns means a new sandbox: the old one is going away,
+			// so only node-side state is removed. A new identity in the
+			// same netns: the proxy must drop the old workload (ztunnel
+			// takes an Add in a netns it has as a no-op), and the rules
+			// come out first unless they stay as they are.
+			scope := RemoveHostOnly
+			if old.NetnsInode == want.NetnsInode && !keepRules {
+				scope = RemoveAll
+			}
+			if err := c.release(ctx, s, scope, StateReleased, "replaced"); err != nil {
+				podLogger(ctx, pod).Error(err, "Releasing the previous enrollment reported an error; continuing")
+			}
 		}
 	}
 	if err := outOfTime(ctx, h); err != nil {
 		_ = ns.Close()
-		return c.fail(ctx, s, StepRedirect, err)
+		return c.failReprogrammed(ctx, s, reprogrammed, StepRedirect, err)
 	}
 
 	c.setState(s, StatePending, d.Reason)
@@ -687,7 +708,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		// Apply changed nothing: a previous agent's rules, and its
 		// handover to the proxy, stay as they were.
 		_ = ns.Close()
-		return c.fail(ctx, s, StepRedirect, err)
+		return c.failReprogrammed(ctx, s, reprogrammed, StepRedirect, err)
 	}
 	// One chance: from here the pod's rules are this agent's, and so is its
 	// handover (AddWorkload replaces the previous agent's, or its rollback
@@ -804,6 +825,18 @@ func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
 	if err := c.ports.Redirector.Remove(ctx, w, RemoveAll); err != nil {
 		podLogger(ctx, pod).Error(err, "Removing leftover redirection from a pod outside the mesh")
 	}
+}
+
+// failReprogrammed is fail for a pod whose old rules came out for new ones
+// that did not go in: the proxy, which still has it, drops it.
+func (c *Core) failReprogrammed(ctx context.Context, s *slot, reprogrammed bool, step Step, err error) (Result, error) {
+	if reprogrammed {
+		if derr := c.ports.Proxy.DelWorkload(ctx, s.pod.UID); derr != nil {
+			err = errors.Join(err, fmt.Errorf("ztunnel del: %w", derr))
+		}
+		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+	}
+	return c.fail(ctx, s, step, err)
 }
 
 // fail records a failed step. Any existing enrollment stays as it was (a

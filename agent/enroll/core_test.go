@@ -102,7 +102,35 @@ func TestEnrollChangedOptionsSameNetnsReapplies(t *testing.T) {
 	if _, err := h.core.Enroll(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=false", "add a inode=100 sa=sa-name-a")
+	// ztunnel keeps the pod: no Del, which would drain it; the Add in the
+	// same netns is a no-op for ztunnel.
+	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=false", "add a inode=100 sa=sa-name-a")
+
+	// New rules that do not go in: the pod is out of the mesh, and ztunnel
+	// is told to drop it.
+	h.rec.take()
+	h.redir.failApply = errors.New("boom")
+	p.Annotations = map[string]string{"dns": "on"}
+	if _, err := h.core.Enroll(ctx, p); err == nil {
+		t.Fatal("Enroll with a failing redirector succeeded")
+	}
+	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=true", "del a")
+	if h.proxy.uids()["a"] {
+		t.Fatal("the proxy still has a pod whose rules are gone")
+	}
+
+	// A new service account in the same netns: the old workload goes (the
+	// Add of a netns ztunnel has is a no-op to it), the rules are rewritten.
+	h.redir.failApply = nil
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	p.Name = "renamed"
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-renamed")
 }
 
 func TestEnrollRollback(t *testing.T) {
@@ -359,7 +387,7 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	if err := h.core.Reevaluate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
 	wantState(t, h, "a", StateEnrolled, "pod-label")
 	if rec, _ := h.core.Record("a"); rec.Redirection != "fake dns=true ipv6=false" {
 		t.Fatalf("record's redirection %q, want the new account", rec.Redirection)
@@ -379,7 +407,7 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	if err := h.core.Reevaluate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls(t, h, "del a", "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
 
 	// Refused now: kept, even when its own settings change too.
 	h.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))

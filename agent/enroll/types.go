@@ -146,6 +146,14 @@ func (r *Record) sameEnrollment(o *Record) bool {
 		r.ServiceAccount == o.ServiceAccount
 }
 
+// sameIdentity reports whether the proxy sees r and o as the same
+// workload: the same pod, in the same network namespace, with the same
+// name and service account.
+func (r *Record) sameIdentity(o *Record) bool {
+	return r.UID == o.UID && r.NetnsInode == o.NetnsInode && r.Name == o.Name && r.Namespace == o.Namespace &&
+		r.ServiceAccount == o.ServiceAccount
+}
+
 // sameRules reports whether r and o need the same in-pod rules: same
 // network namespace, addresses and settings (identity does not matter to
 // the rules).

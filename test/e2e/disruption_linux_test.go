@@ -34,47 +34,20 @@ const disruptionPods = 50
 // still drained.
 func TestNoMeshConnectionDropped(t *testing.T) {
 	e := theEnv(t)
-	socket := filepath.Join(t.TempDir(), "zt.sock")
-	m := &mesh{t: t, env: e, socket: socket, flags: []string{"--standalone"}}
-	m.startMeshlet()
-	t.Cleanup(func() {
-		if m.meshlet != nil {
-			if err := m.meshlet.Stop(); err != nil {
-				t.Errorf("meshlet stop: %v", err)
-			}
-		}
-	})
-	zt := followZtunnel(t, socket)
-	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	m, zt := followedMesh(t, 15*time.Second, "--standalone")
 	var pods []*pod
-	var uids []string
 	for range disruptionPods {
-		p := runPodIn(t, e, "app", ambient, false)
-		pods = append(pods, p)
-		uids = append(uids, p.spec.UID)
+		pods = append(pods, runPodIn(t, e, "app", ambient, false))
 	}
-	// check waits for the node to be whole again after an event, and
-	// asserts that no running pod was disrupted.
 	check := func(event string) {
 		t.Helper()
-		cur := zt.current()
-		cur.meshlet = m.meshlet
-		took := cur.waitInvariant(t, 30*time.Second, pods, nil)
-		if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
-			t.Fatalf("%s disrupted %d of %d running mesh pods:\n%s", event, len(d), len(pods), strings.Join(d, "\n"))
-		}
-		if v := zt.ztunnel().Violations(); len(v) > 0 {
-			t.Fatalf("%s: meshlet broke ztunnel's protocol: %q", event, v)
-		}
+		undisrupted(t, m, zt, pods, event, 30*time.Second)
 		proxies := zt.ztunnel().Proxies()
 		for _, p := range pods {
 			if got, want := proxies[p.spec.UID], inode(t, p.info.NetnsPath); got != want {
 				t.Fatalf("%s: pod %s's proxy runs in netns %d, want %d", event, p.spec.Name, got, want)
 			}
 		}
-		t.Logf("%s: every pod enrolled after %v; no proxy drained or restarted", event, took.Round(time.Millisecond))
 	}
 	restart := func(stop func() error) {
 		t.Helper()
@@ -106,7 +79,7 @@ func TestNoMeshConnectionDropped(t *testing.T) {
 
 	// Removed while meshlet is away: ztunnel drains it; the rest stay.
 	gone := pods[len(pods)-1]
-	pods, uids = pods[:len(pods)-1], uids[:len(uids)-1]
+	pods = pods[:len(pods)-1]
 	restart(func() error {
 		if err := m.meshlet.Stop(); err != nil {
 			return err
@@ -174,22 +147,8 @@ func TestRestartWithTheAPIServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	socket := filepath.Join(t.TempDir(), "zt.sock")
-	m := &mesh{t: t, env: e, socket: socket, flags: []string{"--kubeconfig=" + kubeconfig, "--dra=false"}}
-	m.startMeshlet()
-	t.Cleanup(func() {
-		if m.meshlet != nil {
-			if err := m.meshlet.Stop(); err != nil {
-				t.Errorf("meshlet stop: %v", err)
-			}
-		}
-	})
-	zt := followZtunnel(t, socket)
-	if err := m.meshlet.WaitReady(30 * time.Second); err != nil {
-		t.Fatal(err)
-	}
+	m, zt := followedMesh(t, 30*time.Second, "--kubeconfig="+kubeconfig, "--dra=false")
 	var pods []*pod
-	var uids []string
 	for i := range 10 {
 		apiPod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restart-%d", i)},
@@ -207,22 +166,16 @@ func TestRestartWithTheAPIServerDown(t *testing.T) {
 		if p.info, err = e.InspectPod(p.id); err != nil {
 			t.Fatal(err)
 		}
-		pods, uids = append(pods, p), append(uids, p.spec.UID)
+		pods = append(pods, p)
 	}
 	check := func(event string, bound time.Duration) {
 		t.Helper()
-		cur := zt.current()
-		cur.meshlet = m.meshlet
-		took := cur.waitInvariant(t, bound, pods, nil)
-		if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
-			t.Fatalf("%s disrupted %d of %d running mesh pods:\n%s", event, len(d), len(pods), strings.Join(d, "\n"))
-		}
+		cur := undisrupted(t, m, zt, pods, event, bound)
 		for _, r := range cur.zt.Requests() {
 			if r.Kind == zdstest.Add && r.Info.GetServiceAccount() != "reviews" {
 				t.Fatalf("%s: ztunnel got %s with service account %q, want reviews", event, r, r.Info.GetServiceAccount())
 			}
 		}
-		t.Logf("%s: every pod enrolled after %v; no proxy drained or restarted", event, took.Round(time.Millisecond))
 	}
 	check("enrollment", 30*time.Second)
 
@@ -255,6 +208,51 @@ func TestRestartWithTheAPIServerDown(t *testing.T) {
 		})
 	}
 	check("the API server back", 30*time.Second)
+}
+
+// followedMesh starts meshlet with flags, and a ztunnel stand-in that
+// follows it across restarts as the real one does; it waits, at most
+// ready, for meshlet to be ready. meshlet stops when the test ends.
+func followedMesh(t *testing.T, ready time.Duration, flags ...string) (*mesh, *ztunnelFollower) {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "zt.sock")
+	m := &mesh{t: t, env: theEnv(t), socket: socket, flags: flags}
+	m.startMeshlet()
+	t.Cleanup(func() {
+		if m.meshlet != nil {
+			if err := m.meshlet.Stop(); err != nil {
+				t.Errorf("meshlet stop: %v", err)
+			}
+		}
+	})
+	zt := followZtunnel(t, socket)
+	if err := m.meshlet.WaitReady(ready); err != nil {
+		t.Fatal(err)
+	}
+	return m, zt
+}
+
+// undisrupted waits, at most bound, for the invariant to hold for pods
+// after event, and fails if ztunnel drained or restarted the proxy of any
+// of them or saw meshlet break its protocol. It returns the stand-in's
+// current session.
+func undisrupted(t *testing.T, m *mesh, zt *ztunnelFollower, pods []*pod, event string, bound time.Duration) *mesh {
+	t.Helper()
+	cur := zt.current()
+	cur.meshlet = m.meshlet
+	took := cur.waitInvariant(t, bound, pods, nil)
+	uids := make([]string, len(pods))
+	for i, p := range pods {
+		uids[i] = p.spec.UID
+	}
+	if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
+		t.Fatalf("%s disrupted %d of %d running mesh pods:\n%s", event, len(d), len(pods), strings.Join(d, "\n"))
+	}
+	if v := zt.ztunnel().Violations(); len(v) > 0 {
+		t.Fatalf("%s: meshlet broke ztunnel's protocol: %q", event, v)
+	}
+	t.Logf("%s: every pod enrolled after %v; no proxy drained or restarted", event, took.Round(time.Millisecond))
+	return cur
 }
 
 // dropFromCheckpoint rewrites meshlet's checkpoint without the pod, as a

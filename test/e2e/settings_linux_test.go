@@ -55,7 +55,8 @@ func TestNodeSettingsFromConfigMaps(t *testing.T) {
 	}
 
 	// Enrolled: the override's namespaces win over the base's.
-	first := runAPIPod(t, c, "shop", "cart")
+	firstUID, firstInfo := runLabelledAPIPod(t, c, "shop", "cart", nil)
+	first := firstInfo.NetnsPath
 	waitDNSRedirect(t, first, true, "the override's dnsCapture: true")
 
 	// The override no longer sets DNS capture: the base's false applies
@@ -65,6 +66,10 @@ func TestNodeSettingsFromConfigMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDNSRedirect(t, first, false, "the base's dnsCapture: false, once the override leaves it")
+	// ztunnel kept the pod through the rewrite of its rules.
+	if c := m.state.Counts(firstUID); c.Starts != 1 || c.Disrupted() {
+		t.Fatalf("re-programming the running pod: its proxy %+v at ztunnel, want started once and never drained", c)
+	}
 
 	// An invalid base: its last good document (dnsCapture: false) stays.
 	base, err := cms.Get(ctx, "base", metav1.GetOptions{})

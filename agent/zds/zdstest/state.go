@@ -2,6 +2,7 @@ package zdstest
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 	"time"
@@ -212,22 +213,14 @@ func (s *State) Close() {
 func (s *State) Proxies() map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]uint64, len(s.proxies))
-	for uid, inode := range s.proxies {
-		out[uid] = inode
-	}
-	return out
+	return maps.Clone(s.proxies)
 }
 
 // Refused returns the refused Adds ztunnel retries: pod UID → netns inode.
 func (s *State) Refused() map[string]uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]uint64, len(s.refused))
-	for uid, inode := range s.refused {
-		out[uid] = inode
-	}
-	return out
+	return maps.Clone(s.refused)
 }
 
 // Counts returns what happened to the pod's proxies.
