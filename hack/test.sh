@@ -37,7 +37,7 @@ cd "$(dirname "$0")/.."
 GO="${GO:-go}"
 E2E=github.com/meshlet/meshlet/test/e2e
 # The end-to-end tests that need only containerd (and Debian's CNI plugins).
-RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit)$'
+RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit|TestNoMeshConnectionDropped)$'
 # The end-to-end tests run on every runtime (onEachRuntime).
 MATRIX_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate)$'
 
