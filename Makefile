@@ -90,6 +90,7 @@ bench: deps
 	  $(GO) test -run '^$$' -bench . -benchtime 100x -count 3 ./cnifallback/chaintest/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \
 	  $(GO) test -run '^$$' -bench EnrollSerial -benchtime 1000x -count 3 ./agent/ && \
+	  $(GO) test -run '^$$' -bench SynchronizeAdopts -benchtime 3x -count 3 ./agent/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt
 
