@@ -35,6 +35,7 @@ func (nopPorts) Account(*Record) (string, error)                           { ret
 func (nopPorts) Remove(context.Context, *Workload, RemoveScope) error      { return nil }
 func (nopPorts) AddWorkload(context.Context, *Workload, Handover) error    { return nil }
 func (nopPorts) DelWorkload(context.Context, string) error                 { return nil }
+func (nopPorts) ForgetInherited(context.Context, string) error             { return nil }
 func (nopPorts) Report(PodRef, RedirectionStatus)                          {}
 
 // BenchmarkEnrollNoop: Enroll of an already-enrolled pod (the common case:

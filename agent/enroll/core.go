@@ -315,7 +315,7 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 		c.generation++
 		c.viewMu.Unlock()
 		errs = append(errs, c.parallel(len(gone), func(i int) error {
-			if err := c.ports.Proxy.DelWorkload(ctx, gone[i]); err != nil {
+			if err := c.ports.Proxy.ForgetInherited(ctx, gone[i]); err != nil {
 				return fmt.Errorf("ztunnel del of pod %s, removed while no agent ran: %w", gone[i], err)
 			}
 			return nil
@@ -662,7 +662,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			// where a Del would drain the pod and reset its connections).
 			reprogrammed = true
 			c.setState(s, StateReleasing, "replaced")
-			if err := c.ports.Redirector.Remove(ctx, old, RemoveAll); err != nil {
+			if err := c.ports.Redirector.Remove(context.WithoutCancel(ctx), old, RemoveAll); err != nil {
 				podLogger(ctx, pod).Error(err, "Removing the previous rules reported an error; continuing")
 			}
 			_ = old.Netns.Close()
@@ -705,14 +705,17 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	redirection, err := c.ports.Redirector.Apply(ctx, want, prior)
 	if err != nil {
-		// Apply changed nothing: a previous agent's rules, and its
-		// handover to the proxy, stay as they were.
+		// A failed Apply leaves none of its rules (the redirector undoes
+		// them, a previous agent's it was keeping included). The previous
+		// agent's handover stays: the pod's next attempt (a hook, a
+		// re-evaluation) adopts it again, and its release drops it.
 		_ = ns.Close()
 		return c.failReprogrammed(ctx, s, reprogrammed, StepRedirect, err)
 	}
 	// One chance: from here the pod's rules are this agent's, and so is its
-	// handover (AddWorkload replaces the previous agent's, or its rollback
-	// tells the proxy to drop the pod).
+	// handover (AddWorkload replaces the previous agent's, or the rollback
+	// below tells the proxy to drop the pod).
+	inherited := s.checkpointed != nil
 	s.checkpointed = nil
 	want.Redirection = redirection
 	c.ports.Status.Report(s.ref(), RedirectionPending)
@@ -727,8 +730,15 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			err = errors.Join(err, fmt.Errorf("rollback redirection: %w", rerr))
 		}
 		_ = ns.Close()
-		c.ports.Status.Report(s.ref(), RedirectionRemoved)
-		return c.fail(ctx, s, StepProxy, err)
+		if inherited {
+			if ferr := c.ports.Proxy.ForgetInherited(ctx, pod.UID); ferr != nil {
+				err = errors.Join(err, fmt.Errorf("ztunnel: %w", ferr))
+			}
+		}
+		if !reprogrammed { // failReprogrammed reports it
+			c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		}
+		return c.failReprogrammed(ctx, s, reprogrammed, StepProxy, err)
 	}
 	s.enrolled = want
 	c.setState(s, StateEnrolled, d.Reason)
@@ -822,7 +832,7 @@ func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
 	defer ns.Close()
 	w := &Workload{Netns: ns, Record: Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
 		NetnsInode: ns.Inode(), IPs: pod.IPs}}
-	if err := c.ports.Redirector.Remove(ctx, w, RemoveAll); err != nil {
+	if err := c.ports.Redirector.Remove(context.WithoutCancel(ctx), w, RemoveAll); err != nil {
 		podLogger(ctx, pod).Error(err, "Removing leftover redirection from a pod outside the mesh")
 	}
 }
@@ -866,7 +876,9 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 	if err := c.ports.Proxy.DelWorkload(ctx, w.UID); err != nil {
 		errs = append(errs, fmt.Errorf("ztunnel del: %w", err))
 	}
-	if err := c.ports.Redirector.Remove(ctx, w, scope); err != nil {
+	// Without the caller's deadline: rules left behind by a removal cut
+	// short would blackhole the pod's traffic once the proxy drops it.
+	if err := c.ports.Redirector.Remove(context.WithoutCancel(ctx), w, scope); err != nil {
 		errs = append(errs, fmt.Errorf("remove redirection: %w", err))
 	}
 	if err := w.Netns.Close(); err != nil {
@@ -888,7 +900,7 @@ func (c *Core) dropInherited(ctx context.Context, s *slot) error {
 		return nil
 	}
 	s.checkpointed = nil
-	if err := c.ports.Proxy.DelWorkload(ctx, s.pod.UID); err != nil {
+	if err := c.ports.Proxy.ForgetInherited(ctx, s.pod.UID); err != nil {
 		return fmt.Errorf("ztunnel del of pod %s, enrolled by the previous agent: %w", s.pod.UID, err)
 	}
 	return nil
@@ -961,7 +973,10 @@ func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Resul
 		podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
 		err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
 		c.ports.Status.Report(s.ref(), RedirectionRemoved)
-	} else if s.state == StateUnknown && h == HandoverDeferred && !d.OtherAgent {
+	} else if (s.state == StateUnknown && h == HandoverDeferred || s.checkpointed != nil) && !d.OtherAgent {
+		// Found running at start-up, or left as the previous agent meshed
+		// it (its adoption failed): rules without a proxy that knows the
+		// pod would blackhole its traffic.
 		c.clearLeftovers(ctx, pod)
 	}
 	if derr := c.dropInherited(ctx, s); derr != nil {

@@ -315,6 +315,18 @@ func (f *fakeProxy) DelWorkload(_ context.Context, uid string) error {
 	return nil
 }
 
+// ForgetInherited records a Del unless the pod is registered, as the ZDS
+// server sends one.
+func (f *fakeProxy) ForgetInherited(ctx context.Context, uid string) error {
+	f.mu.Lock()
+	_, registered := f.added[uid]
+	f.mu.Unlock()
+	if registered {
+		return nil
+	}
+	return f.DelWorkload(ctx, uid)
+}
+
 func (f *fakeProxy) uids() map[string]bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -118,6 +118,10 @@ type ProxyLink interface {
 	AddWorkload(ctx context.Context, w *Workload, h Handover) error
 	// DelWorkload tells the proxy to drop the workload.
 	DelWorkload(ctx context.Context, uid string) error
+	// ForgetInherited says a previous agent's handover of the pod is over
+	// (the pod is gone, or this agent lets it go): unless this agent has
+	// handed the pod over itself since, the proxy drops it.
+	ForgetInherited(ctx context.Context, uid string) error
 }
 
 // RedirectionStatus is what the pod's status annotation should say.

@@ -425,3 +425,63 @@ func TestHeldPodKeptWhileTheSourceCannotSay(t *testing.T) {
 		t.Fatalf("calls\n got  %q\n want %q", got, want)
 	}
 }
+
+// TestFailedRewriteLeavesNothingBehind: a running pod whose new rules go
+// in but whose handover fails (no ztunnel, inside a hook) is out of the
+// mesh: its rules rolled back, and the proxy told to drop it, whether it
+// was this agent's (re-programmed) or the previous agent's (adopted).
+func TestFailedRewriteLeavesNothingBehind(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	h := newHarness(t, Record{UID: "inherited", Name: "name-inherited", Namespace: "default", NetnsInode: 2,
+		IPs: ip, Settings: Settings{DNSCapture: false}, Redirection: "fake dns=false"})
+	p := h.pod("a", 1, meshOn)
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	h.proxy.failAdd = errors.New("no ztunnel connected")
+	p.Annotations = map[string]string{"dns": "off"}
+	if _, err := h.core.Enroll(ctx, p); FailedStep(err) != StepProxy {
+		t.Fatalf("Enroll = %v, want a ztunnel failure", err)
+	}
+	wantCalls(t, h, "remove a inode=1 scope=all", "apply a inode=1 dns=false", "add a inode=1 sa=sa-name-a",
+		"remove a inode=1 scope=all", "del a")
+
+	// Settings that differ from the checkpoint's: its rules are rewritten.
+	inherited := h.pod("inherited", 2, meshOn)
+	inherited.IPs = ip
+	if _, err := h.core.Enroll(ctx, inherited); FailedStep(err) != StepProxy {
+		t.Fatalf("Enroll = %v, want a ztunnel failure", err)
+	}
+	wantCalls(t, h, "apply inherited inode=2 dns=true", "add inherited inode=2 sa=sa-name-inherited",
+		"remove inherited inode=2 scope=all", "del inherited")
+}
+
+// TestSkippedAfterAFailedAdoption: a pod whose adoption failed keeps the
+// previous agent's rules and handover; when policy then leaves it out, both
+// go.
+func TestSkippedAfterAFailedAdoption(t *testing.T) {
+	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
+	h := newHarness(t, Record{UID: "p", Name: "name-p", Namespace: "default", NetnsInode: 1,
+		IPs: ip, Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"})
+	h.resolver.setNamespace("default", meshOn)
+	p := h.pod("p", 1, nil)
+	p.IPs = ip
+	h.resolver.mu.Lock()
+	h.resolver.err = errors.New("API server unreachable")
+	h.resolver.mu.Unlock()
+	if err := h.core.Reconcile(ctx, []Pod{p}); err == nil {
+		t.Fatal("Reconcile with a failing resolver succeeded")
+	}
+	if got := h.rec.take(); len(got) != 0 {
+		t.Fatalf("a failed adoption changed %q", got)
+	}
+	h.resolver.mu.Lock()
+	h.resolver.err = nil
+	h.resolver.mu.Unlock()
+	h.resolver.setNamespace("default", nil) // no longer selected
+	if err := h.core.Reevaluate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantCalls(t, h, "remove p inode=1 scope=all", "del p")
+}

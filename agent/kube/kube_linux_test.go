@@ -147,6 +147,7 @@ func (f *fakePorts) DelWorkload(_ context.Context, uid string) error {
 	delete(f.sas, uid)
 	return nil
 }
+func (f *fakePorts) ForgetInherited(context.Context, string) error { return nil }
 func (f *fakePorts) sa(uid string) (string, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

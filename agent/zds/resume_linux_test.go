@@ -2,6 +2,7 @@ package zds_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -221,5 +222,56 @@ func TestRefusedRunningPodIsRetried(t *testing.T) {
 	}
 	if n := zdstest.Count(zt.Requests(), zdstest.Add); n != 3 {
 		t.Fatalf("ztunnel got %d Adds, want 3 (two refused, one taken)", n)
+	}
+}
+
+// TestForgetInheritedSparesARegisteredPod: the end of a previous agent's
+// handover drops the pod at ztunnel unless this agent has handed over a
+// workload of the pod itself since (a new sandbox of it, enrolled while
+// the runtime's listing took the old one for gone).
+func TestForgetInheritedSparesARegisteredPod(t *testing.T) {
+	path := socketPath(t)
+	s := listen(t, zds.Config{SocketPath: path})
+	s.Resume([]string{"gone", "recreated"}, nil)
+	serveUntil(t, s)
+	state := &zdstest.State{}
+	defer state.Close()
+	zt := follow(t, path, state)
+	waitSnapshot(t, zt)
+	w := workload(t, "recreated")
+	if err := s.AddWorkload(context.Background(), w, enroll.HandoverNow); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []string{"gone", "recreated"} {
+		if err := s.ForgetInherited(context.Background(), uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Workloads() != 1 {
+		t.Fatalf("%d workloads registered, want the recreated pod's", s.Workloads())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := zt.WaitFor(ctx, func(rs []*zdstest.Request) bool { return zdstest.Count(rs, zdstest.Del) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range zt.Requests() {
+		if r.Kind == zdstest.Del && r.UID != "gone" {
+			t.Fatalf("ztunnel got %s, want only del gone", r)
+		}
+	}
+	if got := state.Proxies()["recreated"]; got != w.Netns.Inode() {
+		t.Fatalf("ztunnel runs the recreated pod in netns %d, want %d", got, w.Netns.Inode())
+	}
+	// A later connection names neither the gone pod nor, twice, the other.
+	zt.Stop()
+	zt = follow(t, path, state)
+	waitSnapshot(t, zt)
+	var got []string
+	for _, r := range zt.Requests() {
+		got = append(got, r.String())
+	}
+	if len(got) != 2 || got[0] != fmt.Sprintf("add recreated (netns inode %d)", w.Netns.Inode()) || got[1] != "snapshot_sent" {
+		t.Fatalf("the next snapshot: %q, want the recreated pod's Add and SnapshotSent", got)
 	}
 }

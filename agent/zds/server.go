@@ -546,7 +546,7 @@ func (s *Server) unregister(w *workload) {
 // when the connection fails (the next connection's snapshot carries the
 // workload), or with the server.
 func (s *Server) handOver(c *conn, w *workload) {
-	s.bg.Go(func() {
+	s.background(func() {
 		backoff := retryMin
 		for {
 			err := c.send(s.life, w)
@@ -573,6 +573,16 @@ func (s *Server) handOver(c *conn, w *workload) {
 			}
 		}
 	})
+}
+
+// background runs fn on a goroutine Close waits for, unless the server is
+// closing (its connections are going).
+func (s *Server) background(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.bg.Go(fn)
+	}
 }
 
 // setRefused records whether w's Add stands refused; it reports whether
@@ -618,7 +628,7 @@ func (s *Server) newest() *conn {
 // caller's deadline may be what it could not wait for). It is not sent if
 // a workload of the pod was registered meanwhile.
 func (s *Server) delInBackground(c *conn, uid string) {
-	s.bg.Go(func() {
+	s.background(func() {
 		err := c.request(s.life, s.del(uid))
 		if err != nil && !errors.Is(err, errConnClosed) && !errors.Is(err, errRetired) {
 			c.log.Info("ztunnel Del failed", "podUID", uid, "err", err)
@@ -636,6 +646,21 @@ func (s *Server) del(uid string) outgoing {
 
 func keepRequest(uid string) *zdspb.WorkloadRequest {
 	return &zdspb.WorkloadRequest{Payload: &zdspb.WorkloadRequest_Keep{Keep: &zdspb.KeepWorkload{Uid: uid}}}
+}
+
+// ForgetInherited ends a previous agent's handover of the pod (Resume): it
+// is no longer named with Keep, and, unless this agent has registered a
+// workload of the pod since, every connection gets a Del.
+func (s *Server) ForgetInherited(ctx context.Context, uid string) error {
+	s.mu.Lock()
+	delete(s.previous, uid)
+	registered := s.workloads[uid] != nil
+	conns := append([]*conn(nil), s.conns...)
+	s.mu.Unlock()
+	if registered {
+		return nil
+	}
+	return s.delOn(ctx, conns, uid)
 }
 
 // DelWorkload drops the workload from the registry and sends Del to every
@@ -657,6 +682,12 @@ func (s *Server) DelWorkload(ctx context.Context, uid string) error {
 		// so no connection sees an Add after its Del.
 		w.retire()
 	}
+	return s.delOn(ctx, conns, uid)
+}
+
+// delOn sends Del for uid on conns; a connection not free for it within
+// ctx's deadline gets it in the background, in its turn.
+func (s *Server) delOn(ctx context.Context, conns []*conn, uid string) error {
 	var errs []error
 	for _, c := range conns {
 		err := c.request(ctx, s.del(uid))
