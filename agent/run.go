@@ -175,7 +175,11 @@ func Run(ctx context.Context, cfg Config) error {
 			return fmt.Errorf("container gate (--gate=false turns it off): %w", err)
 		}
 	}
-	server, err := zds.Listen(zds.Config{SocketPath: cfg.ZtunnelSocket, SnapshotHold: cfg.SnapshotHold})
+	zdsCfg := zds.Config{SocketPath: cfg.ZtunnelSocket, SnapshotHold: cfg.SnapshotHold}
+	if api != nil {
+		zdsCfg.Refused = api.events.ZtunnelRefused
+	}
+	server, err := zds.Listen(zdsCfg)
 	if err != nil {
 		return err
 	}

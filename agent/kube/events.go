@@ -37,6 +37,14 @@ func (e *Events) EnrollFailed(pod enroll.PodRef, err error) {
 	e.recorder.Eventf(ref, corev1.EventTypeWarning, "MeshEnrollFailed", "Pod could not join the mesh (step %s): %v", step, err)
 }
 
+// ZtunnelRefused records a warning on a running pod whose handover ztunnel
+// refused: its redirection stays, and meshlet retries the handover.
+func (e *Events) ZtunnelRefused(pod enroll.PodRef, reason string) {
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	e.recorder.Eventf(ref, corev1.EventTypeWarning, "MeshZtunnelRefused",
+		"ztunnel refused the running pod (%s): its traffic stays redirected, and meshlet hands it to ztunnel again until it takes it", reason)
+}
+
 // Shutdown flushes and stops the broadcaster.
 func (e *Events) Shutdown() { e.broadcaster.Shutdown() }
 

@@ -182,7 +182,10 @@ func waitProxies(t testing.TB, state *zdstest.State, n int) {
 // ztunnel takes it; ztunnel is never told to drop it.
 func TestRefusedRunningPodIsRetried(t *testing.T) {
 	path := socketPath(t)
-	s := listen(t, zds.Config{SocketPath: path})
+	told := make(chan string, 10)
+	s := listen(t, zds.Config{SocketPath: path, Refused: func(p enroll.PodRef, reason string) {
+		told <- fmt.Sprintf("%s/%s %s: %s", p.Namespace, p.Name, p.UID, reason)
+	}})
 	serveUntil(t, s)
 	state := &zdstest.State{RetryEvery: time.Hour} // only meshlet's retries count here
 	defer state.Close()
@@ -222,6 +225,13 @@ func TestRefusedRunningPodIsRetried(t *testing.T) {
 	}
 	if n := zdstest.Count(zt.Requests(), zdstest.Add); n != 3 {
 		t.Fatalf("ztunnel got %d Adds, want 3 (two refused, one taken)", n)
+	}
+	// Told once (a pod event in the daemon), not at every retry.
+	if len(told) != 1 {
+		t.Fatalf("told of %d refusals, want 1", len(told))
+	}
+	if got, want := <-told, "ns-running/pod-running running: netns not ready (test)"; got != want {
+		t.Fatalf("told %q, want %q", got, want)
 	}
 }
 

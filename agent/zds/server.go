@@ -57,6 +57,10 @@ type Config struct {
 	// SnapshotSent waits for the agent to have listed the runtime's pods
 	// (default DefaultSnapshotHold).
 	SnapshotHold time.Duration
+	// Refused, if set, is told when ztunnel first refuses a running pod's
+	// Add (the pod keeps its redirection, and the Add is retried). It
+	// must not block.
+	Refused func(pod enroll.PodRef, reason string)
 }
 
 func (c *Config) setDefaults() {
@@ -561,6 +565,9 @@ func (s *Server) handOver(c *conn, w *workload) {
 			if s.setRefused(w, true) {
 				c.log.Info("ztunnel refused a running pod: its redirection stays, and the Add is retried until ztunnel takes it",
 					"podUID", w.uid, "reason", nack.Reason, "retryIn", backoff)
+				if s.cfg.Refused != nil {
+					s.cfg.Refused(enroll.PodRef{UID: w.uid, Name: w.info.GetName(), Namespace: w.info.GetNamespace()}, nack.Reason)
+				}
 			}
 			select {
 			case <-s.life.Done():
