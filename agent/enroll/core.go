@@ -474,7 +474,7 @@ func (c *Core) EnrolledIPs() []netip.Addr {
 	return ips
 }
 
-// publish makes s's current state what readers see. the slot is locked.
+// publish makes s's current state what readers see. The slot is locked.
 func (c *Core) publish(s *slot) {
 	v := podView{status: s.status()}
 	if s.enrolled != nil {
@@ -553,7 +553,7 @@ func (c *Core) setState(s *slot, st State, reason string) {
 	c.publish(s)
 }
 
-// converge makes the pod in s what policy wants. the slot is locked.
+// converge makes the pod in s what policy wants. The slot is locked.
 //
 // For a starting pod (HandoverNow: a runtime hook) the caller's deadline
 // bounds the whole enrollment, not only the steps that wait: it is checked
@@ -894,7 +894,8 @@ func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final St
 
 // dropInherited tells the proxy to drop a pod the previous agent had
 // handed it and this one has not taken over (its checkpointed record), now
-// that the pod leaves: it stopped, or is no longer selected. the slot is locked.
+// that the pod leaves: it stopped, or is no longer selected. The slot is
+// locked.
 func (c *Core) dropInherited(ctx context.Context, s *slot) error {
 	if s.checkpointed == nil {
 		return nil
@@ -964,7 +965,7 @@ func podLogger(ctx context.Context, pod *Pod) klog.Logger {
 }
 
 // skip records the pod as left out of the mesh (d), releasing what an
-// earlier enrollment put in place. the slot is locked.
+// earlier enrollment put in place. The slot is locked.
 func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Result, error) {
 	pod := &s.pod
 	changed := s.state != StateSkipped || s.enrolled != nil
