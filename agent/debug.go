@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/internal/unixsock"
 )
 
@@ -47,8 +48,15 @@ type debugPod struct {
 	Redirection string `json:"redirection,omitempty"`
 	// Ztunnel is "acked" for an enrolled pod while a ztunnel is connected
 	// (it acknowledged the pod, or got it in its snapshot), "queued" while
-	// none is (the next one gets it).
+	// none is (the next one gets it), "refused: <ztunnel's reason>" while
+	// ztunnel refuses it (meshlet retries; the pod keeps its rules).
 	Ztunnel string `json:"ztunnel,omitempty"`
+	// Retries counts the failed convergences in a row of a running pod,
+	// tried again at RetryAt; LastError is the last failure. An enrolled
+	// pod keeps its enrollment meanwhile.
+	Retries   int       `json:"retries,omitempty"`
+	RetryAt   time.Time `json:"retryAt,omitzero"`
+	LastError string    `json:"lastError,omitempty"`
 }
 
 // podsView is what /debug/pods reads from the core.
@@ -59,23 +67,36 @@ type podsView interface {
 
 var _ podsView = (*enroll.Core)(nil)
 
-func debugHandler(node string, revision func() (string, []string), mode func() string, core podsView, ztunnels func() int, settings func() debugSettings) http.Handler {
+// ztunnelView is what /debug/pods reads from the ZDS server.
+type ztunnelView interface {
+	Connections() int
+	RefusedPods() map[string]string
+}
+
+var _ ztunnelView = (*zds.Server)(nil)
+
+func debugHandler(node string, revision func() (string, []string), mode func() string, core podsView, zt ztunnelView, settings func() debugSettings) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/settings", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(settings())
 	})
 	mux.HandleFunc("/debug/pods", func(w http.ResponseWriter, _ *http.Request) {
-		out := debugPods{Node: node, Mode: mode(), ZtunnelConnections: ztunnels(), Pods: []debugPod{}}
+		out := debugPods{Node: node, Mode: mode(), ZtunnelConnections: zt.Connections(), Pods: []debugPod{}}
 		out.Revision, out.RevisionTags = revision()
+		refused := zt.RefusedPods()
 		for _, p := range core.Pods() {
 			d := debugPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, State: p.State.String(), Since: p.Since,
-				Reason: p.Reason, NetnsInode: p.NetnsInode}
+				Reason: p.Reason, NetnsInode: p.NetnsInode, Retries: p.Retries, RetryAt: p.RetryAt, LastError: p.LastError}
 			if r, ok := core.Record(p.UID); ok && p.State == enroll.StateEnrolled {
 				d.Redirection = r.Redirection
-				d.Ztunnel = "queued"
-				if out.ZtunnelConnections > 0 {
+				switch reason, isRefused := refused[p.UID]; {
+				case isRefused:
+					d.Ztunnel = "refused: " + reason
+				case out.ZtunnelConnections > 0:
 					d.Ztunnel = "acked"
+				default:
+					d.Ztunnel = "queued"
 				}
 			}
 			out.Pods = append(out.Pods, d)
@@ -175,14 +196,18 @@ func printStatus(w io.Writer, v debugPods, now time.Time) error {
 	}
 	fmt.Fprintf(w, "node %s%s, mode %s, %d ztunnel connection(s), %d pod(s)\n\n", v.Node, revision, v.Mode, v.ZtunnelConnections, len(v.Pods))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tNETNS\tREDIRECTION\tZTUNNEL")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tNETNS\tREDIRECTION\tZTUNNEL\tRETRY")
 	for _, p := range v.Pods {
 		netns := "-"
 		if p.NetnsInode != 0 {
 			netns = fmt.Sprint(p.NetnsInode)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.State, age(now.Sub(p.Since)),
-			dash(p.Reason), netns, dash(p.Redirection), dash(p.Ztunnel))
+		retry := "-"
+		if p.Retries > 0 {
+			retry = fmt.Sprintf("%d failed, next in %s: %s", p.Retries, age(max(p.RetryAt.Sub(now), 0)), p.LastError)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.State, age(now.Sub(p.Since)),
+			dash(p.Reason), netns, dash(p.Redirection), dash(p.Ztunnel), retry)
 	}
 	return errors.Join(tw.Flush())
 }

@@ -23,11 +23,22 @@ func (fakePods) Pods() []enroll.PodStatus {
 	return []enroll.PodStatus{
 		{UID: "u2", Name: "web", Namespace: "shop", State: enroll.StateEnrolled, NetnsInode: 4026532000, Since: since},
 		{UID: "u1", Name: "db", Namespace: "legacy", State: enroll.StateSkipped, Reason: "not-selected", Since: since},
+		{UID: "u3", Name: "cart", Namespace: "shop", State: enroll.StateEnrolled, NetnsInode: 4026532001, Since: since,
+			Retries: 3, RetryAt: time.Now().Add(4 * time.Minute), LastError: "redirect: nftables: apply table inet meshlet: no buffer space"},
 	}
 }
 
+// fakeZtunnel stands in for the ZDS server: one connection, one pod
+// refused.
+type fakeZtunnel struct{}
+
+func (fakeZtunnel) Connections() int { return 1 }
+func (fakeZtunnel) RefusedPods() map[string]string {
+	return map[string]string{"u3": "failed to create inpod proxy"}
+}
+
 func (fakePods) Record(uid string) (enroll.Record, bool) {
-	if uid == "u2" {
+	if uid == "u2" || uid == "u3" {
 		return enroll.Record{UID: uid, Redirection: "nftables/v1 ipv4 inbound-capture"}, true
 	}
 	return enroll.Record{}, false
@@ -38,16 +49,19 @@ func TestDebugPodsAndStatus(t *testing.T) {
 		DataplaneModeLabel: "istio.io/dataplane-mode", LogVerbosity: 2, EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)},
 		Sources: []debugSource{{ConfigMap: "meshlet-system/meshlet-settings", State: sourceInvalid, ResourceVersion: "12",
 			Error: "settings.yaml: dnsCapture: invalid", Gives: []string{"dnsCapture", "excludedNamespaces"}}}}
-	h := debugHandler("node-a", func() (string, []string) { return "", nil }, func() string { return "nri" }, fakePods{}, func() int { return 1 }, func() debugSettings { return settings })
+	h := debugHandler("node-a", func() (string, []string) { return "", nil }, func() string { return "nri" }, fakePods{}, fakeZtunnel{}, func() debugSettings { return settings })
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
 	var v debugPods
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Node != "node-a" || v.Mode != "nri" || len(v.Pods) != 2 || v.Pods[0].Name != "db" || v.Pods[1].Ztunnel != "acked" ||
-		v.Pods[1].Redirection != "nftables/v1 ipv4 inbound-capture" || v.Pods[0].Ztunnel != "" {
+	if v.Node != "node-a" || v.Mode != "nri" || len(v.Pods) != 3 || v.Pods[0].Name != "db" || v.Pods[2].Ztunnel != "acked" ||
+		v.Pods[2].Redirection != "nftables/v1 ipv4 inbound-capture" || v.Pods[0].Ztunnel != "" {
 		t.Fatalf("/debug/pods = %+v", v)
+	}
+	if cart := v.Pods[1]; cart.Name != "cart" || cart.Ztunnel != "refused: failed to create inpod proxy" || cart.Retries != 3 || !strings.Contains(cart.LastError, "no buffer space") {
+		t.Fatalf("/debug/pods: the refused, retried pod = %+v", cart)
 	}
 
 	// meshlet status reads it from the debug socket in --state-dir.
@@ -65,7 +79,8 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	if err := Status(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 2 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected",
+	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 3 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected",
+		"refused: failed to create inpod proxy", "3 failed, next in 3m: redirect: nftables",
 		"settings: dnsCapture=false ipv6=true excludedNamespaces=kube-system,batch", "enrollTimeout=1.5s logVerbosity=2",
 		"configmap meshlet-system/meshlet-settings: invalid (resourceVersion 12), gives dnsCapture,excludedNamespaces", "settings.yaml: dnsCapture: invalid"} {
 		if !strings.Contains(out.String(), want) {

@@ -27,6 +27,7 @@ type metrics struct {
 	runtimeConnected   prometheus.Gauge
 	mode               *prometheus.GaugeVec
 	cniReasserts       prometheus.Counter
+	enrollRetries      prometheus.Counter
 }
 
 var (
@@ -79,8 +80,13 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, zt ztunnelLink, wa
 			Name: "meshlet_cni_reasserts_total",
 			Help: "CNI mode: times meshlet-cni was put back into the CNI chain after something rewrote the conflist.",
 		}),
+		enrollRetries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meshlet_enroll_retries_total",
+			Help: "Failed convergences of running pods (a rule rewrite, the pod's namespace, its source); each pod keeps what it had and is tried again with backoff.",
+		}),
 	}
 	reg.MustRegister(m.enrollDuration, m.enrollFailures, m.lateEnrollments, m.missedRemovals, m.checkpointFailures, m.runtimeConnected, m.mode, m.cniReasserts,
+		m.enrollRetries,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_enrolled_pods",
 			Help: "Pods currently enrolled in the mesh on this node.",
@@ -97,6 +103,10 @@ func newMetrics(reg prometheus.Registerer, core *enroll.Core, zt ztunnelLink, wa
 			Name: "meshlet_ztunnel_connections",
 			Help: "Live ztunnel connections on the ZDS socket.",
 		}, func() float64 { return float64(zt.Connections()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "meshlet_enroll_retrying_pods",
+			Help: "Running pods whose last convergence failed (a rule rewrite, the pod's namespace, its source): they keep what they had, and meshlet tries again with backoff.",
+		}, func() float64 { return float64(core.Retrying()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "meshlet_ztunnel_refused_pods",
 			Help: "Running pods whose Add ztunnel refused: they keep their redirection, and meshlet retries the Add until ztunnel takes it (ztunnel retries too).",
@@ -133,6 +143,15 @@ func (m *metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
 		return
 	}
 	m.enrollDuration.Observe(d.Seconds())
+}
+
+// Retried counts a failed convergence of a running pod (the core tries it
+// again); the first, and every tenth after it, becomes a pod event.
+func (m *metrics) Retried(pod enroll.PodRef, attempt int, next time.Duration, err error) {
+	m.enrollRetries.Inc()
+	if m.events != nil && (attempt == 1 || attempt%10 == 0) {
+		m.events.EnrollRetrying(pod, attempt, next, err)
+	}
 }
 
 func (m *metrics) LateEnrolled(n int) { m.lateEnrollments.Add(float64(n)) }

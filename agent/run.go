@@ -198,9 +198,12 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	checkpointed := loadCheckpoint(cfg.StateDir, logger)
+	var m *metrics
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
 		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
-		enroll.Config{Defaults: podDefaults, Checkpointed: checkpointed})
+		enroll.Config{Defaults: podDefaults, Checkpointed: checkpointed, Retried: func(pod enroll.PodRef, attempt int, next time.Duration, err error) {
+			m.Retried(pod, attempt, next, err) // set before any pod is converged
+		}})
 	if err != nil {
 		return err
 	}
@@ -222,7 +225,6 @@ func Run(ctx context.Context, cfg Config) error {
 			api.watcher.RequestReevaluation()
 		}
 	}
-	var m *metrics
 	if api != nil {
 		m = newMetrics(reg, core, server, api.watcher, api.events)
 	} else {
@@ -292,7 +294,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		servers = append(servers, s)
 	}
-	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server.Connections, live.debug))
+	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server, live.debug))
 	if err != nil {
 		return err
 	}
@@ -329,6 +331,10 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 		api.waitForSync(root, logger)
 	}
+	stopRetries := start("retries", func(ctx context.Context) error {
+		core.RunRetries(ctx)
+		return nil
+	})
 	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
 		runCheckpointer(ctx, cfg.StateDir, core, m.checkpointFailures.Inc)
 		return nil
@@ -345,6 +351,7 @@ func Run(ctx context.Context, cfg Config) error {
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
 	stopSource()
+	stopRetries()
 	// Deleting meshlet's DaemonSet uninstalls it: its state leaves the
 	// node. An update, a restart or a node shutdown keeps it all.
 	uninstall := uninstalling(ctx, cfg, api, daemonSet)

@@ -61,6 +61,9 @@ type Config struct {
 	// redirector with its record, to keep its rules instead of rewriting
 	// them. The first Reconcile drops the records of pods that are gone.
 	Checkpointed []Record
+	// Retried, if set, is told of every failed convergence of a running
+	// pod (see RunRetries).
+	Retried RetryObserver
 }
 
 // Core is the enrollment state machine for one node.
@@ -97,6 +100,13 @@ type Core struct {
 	// every running pod.
 	listed     chan struct{}
 	listedOnce sync.Once
+
+	// retrying holds the running pods waiting for a retry (RunRetries):
+	// pod UID → when. retryWake tells RunRetries of a new one.
+	retryMu   sync.Mutex
+	retrying  map[string]time.Time
+	retryWake chan struct{}
+	retried   RetryObserver
 }
 
 // podView is one pod as readers see it. record points into the pod's
@@ -125,6 +135,9 @@ type slot struct {
 	// agent hands the pod to the proxy itself, or lets it go (the proxy
 	// is then told to drop it: the previous agent had handed it over).
 	checkpointed *Record
+	// retry is the pod's pending retry, if its last convergence failed
+	// while it ran.
+	retry retryState
 }
 
 // New returns a core driving ports.
@@ -134,7 +147,8 @@ func New(ports Ports, cfg Config) (*Core, error) {
 	}
 	c := &Core{ports: ports, parallelism: 8, now: time.Now,
 		slots: make(map[string]*slot), view: make(map[string]podView),
-		checkpointed: make(map[string]*Record, len(cfg.Checkpointed)), listed: make(chan struct{})}
+		checkpointed: make(map[string]*Record, len(cfg.Checkpointed)), listed: make(chan struct{}),
+		retrying: make(map[string]time.Time), retryWake: make(chan struct{}, 1), retried: cfg.Retried}
 	c.SetDefaults(cfg.Defaults)
 	for i := range cfg.Checkpointed {
 		r := &cfg.Checkpointed[i]
@@ -180,7 +194,9 @@ func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) 
 	}
 	defer s.unlock()
 	s.pod = pod
-	return c.converge(ctx, s, h)
+	res, err := c.converge(ctx, s, h)
+	c.noted(ctx, s, h, err)
+	return res, err
 }
 
 // Release takes a stopping pod out of the mesh without entering its netns:
@@ -348,6 +364,7 @@ func (c *Core) Reevaluate(ctx context.Context) error {
 			return nil // stopped pods stay stopped
 		}
 		_, err := c.converge(ctx, s, HandoverDeferred)
+		c.noted(ctx, s, HandoverDeferred, err)
 		return err
 	})
 }
@@ -490,7 +507,8 @@ func (c *Core) publish(s *slot) {
 
 func (s *slot) status() PodStatus {
 	st := PodStatus{UID: s.pod.UID, Name: s.pod.Name, Namespace: s.pod.Namespace,
-		State: s.state, Reason: s.reason, Since: s.since}
+		State: s.state, Reason: s.reason, Since: s.since,
+		Retries: s.retry.attempts, RetryAt: s.retry.at, LastError: s.retry.lastErr}
 	if s.enrolled != nil {
 		st.NetnsInode = s.enrolled.NetnsInode
 	}
@@ -650,24 +668,18 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	want := &Workload{Record: rec, Netns: ns}
 	// reprogrammed: the pod's rules change while the proxy's workload
-	// stays the same; the proxy still has it, and must be told to drop it
-	// if the new rules do not go in.
+	// stays the same. The redirector rewrites them in place (no moment
+	// without rules), and a rewrite that fails leaves the pod as it was:
+	// enrolled, its old rules in, the proxy serving it.
 	reprogrammed := false
 	if old != nil {
 		podDebug(ctx, pod, "Pod changed, re-enrolling", "oldNetnsInode", old.NetnsInode, "netnsInode", want.NetnsInode)
 		if !keepRules && old.sameIdentity(&want.Record) {
-			// Same netns, same identity, new settings: the old rules come
-			// out before the new ones go in, but the proxy keeps the pod
-			// (the Add below, in the same netns, is a no-op for ztunnel,
-			// where a Del would drain the pod and reset its connections).
+			// Same netns, same identity, new settings: the proxy keeps
+			// the pod (the Add below, in the same netns, is a no-op for
+			// ztunnel, where a Del would drain the pod and reset its
+			// connections).
 			reprogrammed = true
-			c.setState(s, StateReleasing, "replaced")
-			if err := c.ports.Redirector.Remove(context.WithoutCancel(ctx), old, RemoveAll); err != nil {
-				podLogger(ctx, pod).Error(err, "Removing the previous rules reported an error; continuing")
-			}
-			_ = old.Netns.Close()
-			s.enrolled = nil
-			c.setState(s, StateReleased, "replaced")
 		} else {
 			// A new netns means a new sandbox: the old one is going away,
 			// so only node-side state is removed. A new identity in the
@@ -685,13 +697,15 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	if err := outOfTime(ctx, h); err != nil {
 		_ = ns.Close()
-		return c.failReprogrammed(ctx, s, reprogrammed, StepRedirect, err)
+		return c.fail(ctx, s, StepRedirect, err)
 	}
 
-	c.setState(s, StatePending, d.Reason)
+	if !reprogrammed {
+		c.setState(s, StatePending, d.Reason)
+	}
 	var prior *Record
 	switch {
-	case keepRules:
+	case keepRules || reprogrammed:
 		prior = &old.Record
 	case s.checkpointed != nil && s.checkpointed.sameRules(&want.Record):
 		prior = s.checkpointed
@@ -705,12 +719,19 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	}
 	redirection, err := c.ports.Redirector.Apply(ctx, want, prior)
 	if err != nil {
-		// A failed Apply leaves none of its rules (the redirector undoes
-		// them, a previous agent's it was keeping included). The previous
-		// agent's handover stays: the pod's next attempt (a hook, a
-		// re-evaluation) adopts it again, and its release drops it.
+		// A failed Apply leaves the pod as prior had it: a re-programmed
+		// pod stays enrolled as it was, a previous agent's keeps that
+		// agent's rules and handover (its next attempt, a retry for a
+		// running pod, adopts it again; its release drops it), and a new
+		// one has nothing of the attempt.
 		_ = ns.Close()
-		return c.failReprogrammed(ctx, s, reprogrammed, StepRedirect, err)
+		return c.fail(ctx, s, StepRedirect, err)
+	}
+	if reprogrammed {
+		// The new rules are in; the proxy gets the pod's new workload.
+		_ = old.Netns.Close()
+		s.enrolled = nil
+		c.setState(s, StatePending, d.Reason)
 	}
 	// One chance: from here the pod's rules are this agent's, and so is its
 	// handover (AddWorkload replaces the previous agent's, or the rollback
@@ -863,6 +884,7 @@ func (c *Core) fail(ctx context.Context, s *slot, step Step, err error) (Result,
 // release tears down the pod's enrollment, if any, and records final. Every
 // step runs even if an earlier one fails; errors are joined.
 func (c *Core) release(ctx context.Context, s *slot, scope RemoveScope, final State, reason string) error {
+	c.clearRetry(s)
 	w := s.enrolled
 	if w == nil {
 		err := c.dropInherited(ctx, s)

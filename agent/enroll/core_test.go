@@ -102,21 +102,26 @@ func TestEnrollChangedOptionsSameNetnsReapplies(t *testing.T) {
 	if _, err := h.core.Enroll(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	// ztunnel keeps the pod: no Del, which would drain it; the Add in the
-	// same netns is a no-op for ztunnel.
-	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=false", "add a inode=100 sa=sa-name-a")
+	// The rules are rewritten in place (no Remove first: no moment
+	// without them), and ztunnel keeps the pod: no Del, which would drain
+	// it; the Add in the same netns is a no-op for ztunnel.
+	wantCalls(t, h, "apply a inode=100 dns=false", "add a inode=100 sa=sa-name-a")
 
-	// New rules that do not go in: the pod is out of the mesh, and ztunnel
-	// is told to drop it.
+	// New rules that do not go in: the pod stays as it was, enrolled with
+	// its old rules (the redirector leaves them), and ztunnel keeps it.
 	h.rec.take()
 	h.redir.failApply = errors.New("boom")
 	p.Annotations = map[string]string{"dns": "on"}
-	if _, err := h.core.Enroll(ctx, p); err == nil {
-		t.Fatal("Enroll with a failing redirector succeeded")
+	if _, err := h.core.Enroll(ctx, p); FailedStep(err) != StepRedirect {
+		t.Fatalf("Enroll with a failing redirector = %v, want a redirect failure", err)
 	}
-	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=true", "del a")
-	if h.proxy.uids()["a"] {
-		t.Fatal("the proxy still has a pod whose rules are gone")
+	wantCalls(t, h, "apply a inode=100 dns=true")
+	if !h.proxy.uids()["a"] {
+		t.Fatal("the proxy lost a pod whose rewrite failed")
+	}
+	wantState(t, h, "a", StateEnrolled, "pod-label")
+	if rec, _ := h.core.Record("a"); rec.Settings.DNSCapture {
+		t.Fatal("the record says dns capture on: the rules that went in are the old ones")
 	}
 
 	// A new service account in the same netns: the old workload goes (the
@@ -387,7 +392,7 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	if err := h.core.Reevaluate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	wantCalls(t, h, "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
 	wantState(t, h, "a", StateEnrolled, "pod-label")
 	if rec, _ := h.core.Record("a"); rec.Redirection != "fake dns=true ipv6=false" {
 		t.Fatalf("record's redirection %q, want the new account", rec.Redirection)
@@ -407,7 +412,7 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	if err := h.core.Reevaluate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	wantCalls(t, h, "remove a inode=100 scope=all", "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
+	wantCalls(t, h, "apply a inode=100 dns=true", "add a inode=100 sa=sa-name-a")
 
 	// Refused now: kept, even when its own settings change too.
 	h.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))

@@ -444,7 +444,7 @@ func TestFailedRewriteLeavesNothingBehind(t *testing.T) {
 	if _, err := h.core.Enroll(ctx, p); FailedStep(err) != StepProxy {
 		t.Fatalf("Enroll = %v, want a ztunnel failure", err)
 	}
-	wantCalls(t, h, "remove a inode=1 scope=all", "apply a inode=1 dns=false", "add a inode=1 sa=sa-name-a",
+	wantCalls(t, h, "apply a inode=1 dns=false", "add a inode=1 sa=sa-name-a",
 		"remove a inode=1 scope=all", "del a")
 
 	// Settings that differ from the checkpoint's: its rules are rewritten.

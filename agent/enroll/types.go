@@ -213,6 +213,12 @@ type PodStatus struct {
 	Reason     string
 	NetnsInode uint64 // 0 unless enrolled
 	Since      time.Time
+	// Retries counts the failed convergences in a row of a running pod
+	// (0: none pending); the core tries again at RetryAt. LastError is
+	// the last failure. An enrolled pod keeps its enrollment meanwhile.
+	Retries   int
+	RetryAt   time.Time
+	LastError string
 }
 
 // Result tells an adapter what Enroll did.

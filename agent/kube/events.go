@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -43,6 +45,19 @@ func (e *Events) ZtunnelRefused(pod enroll.PodRef, reason string) {
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
 	e.recorder.Eventf(ref, corev1.EventTypeWarning, "MeshZtunnelRefused",
 		"ztunnel refused the running pod (%s): its traffic stays redirected, and meshlet hands it to ztunnel again until it takes it", reason)
+}
+
+// EnrollRetrying records a warning on a running pod whose convergence
+// failed: it keeps what it had (its rules, its place at ztunnel), and
+// meshlet tries again.
+func (e *Events) EnrollRetrying(pod enroll.PodRef, attempt int, next time.Duration, err error) {
+	step := string(enroll.FailedStep(err))
+	if step == "" {
+		step = "other"
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: types.UID(pod.UID)}
+	e.recorder.Eventf(ref, corev1.EventTypeWarning, "MeshEnrollRetrying",
+		"Running pod could not be converged (attempt %d, step %s): %v; it keeps its redirection as it was, and meshlet tries again in %v", attempt, step, err, next)
 }
 
 // Shutdown flushes and stops the broadcaster.

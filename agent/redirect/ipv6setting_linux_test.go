@@ -13,8 +13,9 @@ import (
 
 // TestSetIPv6: the node's IPv6 setting changed while meshlet runs. The
 // account of a dual-stack pod changes with it, and re-programming the pod
-// as the core does (Remove, then Apply) leaves exactly the rules a
-// redirector started with that setting installs (the golden files of the
+// as the core does (Apply with its current record as prior: the rules
+// replaced in place) leaves exactly the rules and routing a redirector
+// started with that setting installs (the golden files of the
 // dual cases). A pod with only IPv6 addresses is refused while it is off,
 // naming the setting.
 func TestSetIPv6(t *testing.T) {
@@ -43,8 +44,8 @@ func TestSetIPv6(t *testing.T) {
 				if now == w.Redirection {
 					t.Fatalf("ipv6=%t: Account unchanged (%q): the core would not re-program the pod", step.ipv6, now)
 				}
-				must(t, r.Remove(ctx, w, enroll.RemoveAll))
-				applied, err := r.Apply(ctx, w, nil)
+				current := w.Record
+				applied, err := r.Apply(ctx, w, &current)
 				must(t, err)
 				if applied != now {
 					t.Fatalf("ipv6=%t: Apply returned %q, Account said %q", step.ipv6, applied, now)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,8 +109,16 @@ func (nftBackend) present(fd int) (bool, error)                  { return hasNft
 // Apply programs the pod: routing, in-pod rules, node-side SNAT. The three
 // are independent kernel transactions and run concurrently (the in-pod
 // batch dominates; the others hide behind it), which keeps the runtime's
-// hook short. On any error everything is undone and the error names the
-// step. It returns its account of the rules (backend and plan).
+// hook short. It returns its account of the rules (backend and plan).
+//
+// Without a prior record, a failed Apply undoes everything and the error
+// names the step. With one, the pod runs with prior's rules (a previous
+// agent's, or this agent's before a settings change), and a failed Apply
+// leaves them as they were: a running pod never loses its redirection to
+// a failed rewrite. Rules are replaced in place (nftables: one atomic
+// batch; iptables: one restore per family), so a running pod has no
+// moment without them; the routing and SNAT entries prior needed and the
+// new plan does not go once the new rules are in.
 //
 // With a prior record whose account is the same, and meshlet's rules still
 // in the pod, the rules are kept: rewriting them costs an RCU grace period
@@ -125,8 +134,7 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 		return r.keepRefused(ctx, w, prior, err)
 	}
 	account := r.account(p)
-	adoptable := prior != nil && prior.Redirection == account
-	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, adoptable) })
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, r.previous(prior, account)) })
 	if err != nil {
 		return "", err
 	}
@@ -151,16 +159,48 @@ func (r *Redirector) keepRefused(ctx context.Context, w *enroll.Workload, prior 
 		return "", refusal
 	}
 	account := r.account(p)
-	same := prior.Redirection == account
-	if !same && !r.samePlan(prior.Redirection, p) {
+	if prior.Redirection != account && !r.samePlan(prior.Redirection, p) {
 		return "", refusal
 	}
-	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, same) })
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, r.previous(prior, account)) })
 	if err != nil {
 		return "", err
 	}
 	klog.FromContext(ctx).Info("Kept the redirection of a running pod the node's settings would refuse now", "redirection", account, "previous", prior.Redirection, "reason", refusal)
 	return account, nil
+}
+
+// previous is what a prior record says the pod runs with, for apply.
+type previous struct {
+	// keep: prior's account is the one apply writes, so rules still in
+	// the pod can stay.
+	keep bool
+	// plan is prior's plan where this redirector can write it again (its
+	// account is one of this backend's and rules version's).
+	plan  Plan
+	known bool
+	ips   []netip.Addr
+}
+
+// previous describes prior for apply, which writes account; nil for none.
+func (r *Redirector) previous(prior *enroll.Record, account string) *previous {
+	if prior == nil {
+		return nil
+	}
+	prev := &previous{keep: prior.Redirection == account, ips: prior.IPs}
+	prev.plan, prev.known = r.planOf(prior.Redirection)
+	return prev
+}
+
+// planOf is the plan whose account is account, if this redirector writes
+// it (same backend, same rules version).
+func (r *Redirector) planOf(account string) (Plan, bool) {
+	for i, a := range r.accounts {
+		if a != "" && a == account {
+			return indexPlan(i), true
+		}
+	}
+	return Plan{}, false
 }
 
 // samePlan reports whether account (a record's Redirection, of any rules
@@ -198,17 +238,22 @@ func planIndex(v4, v6, dns, inbound bool) int {
 // fillAccounts computes accounts.
 func (r *Redirector) fillAccounts() {
 	for i := range r.accounts {
-		p := Plan{DNSCapture: i&4 != 0, InboundCapture: i&8 != 0}
-		if i&1 != 0 {
-			p.Families = append(p.Families, IPv4)
-		}
-		if i&2 != 0 {
-			p.Families = append(p.Families, IPv6)
-		}
-		if len(p.Families) > 0 {
+		if p := indexPlan(i); len(p.Families) > 0 {
 			r.accounts[i] = r.account(p)
 		}
 	}
+}
+
+// indexPlan is the plan planIndex numbers i.
+func indexPlan(i int) Plan {
+	p := Plan{DNSCapture: i&4 != 0, InboundCapture: i&8 != 0}
+	if i&1 != 0 {
+		p.Families = append(p.Families, IPv4)
+	}
+	if i&2 != 0 {
+		p.Families = append(p.Families, IPv6)
+	}
+	return p
 }
 
 // SetIPv6 turns IPv6 redirection on or off for what Apply programs from
@@ -230,39 +275,113 @@ func (r *Redirector) backendName() Backend {
 	return r.cfg.Backend
 }
 
-func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan, adoptable bool) error {
+func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan, prev *previous) error {
 	logger := klog.FromContext(ctx)
 	var routeErr, hostErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
 	wg.Go(func() { hostErr = r.probe.add(ips) })
 	var ruleErr error
-	if adoptable && r.rulesPresent(fd) {
+	wroteRules := true
+	if prev != nil && prev.keep && r.rulesPresent(fd) {
 		logger.V(2).Info("Kept the redirection a previous agent applied", "plan", p)
+		wroteRules = false
 	} else {
 		ruleErr = r.backend.apply(ctx, fd, p)
 	}
 	wg.Wait()
-	if err := errors.Join(routeErr, ruleErr, hostErr); err != nil {
-		errs := []error{err}
-		if hostErr == nil {
-			if err := r.probe.delete(ips); err != nil {
-				errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
-			}
-		}
-		// The undo runs even when ctx's deadline is what failed the apply.
-		undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-		defer cancel()
-		if err := r.backend.remove(undo, fd); err != nil {
-			errs = append(errs, fmt.Errorf("undo rules: %w", err))
-		}
-		if err := removeRouting(fd); err != nil {
-			errs = append(errs, fmt.Errorf("undo routing: %w", err))
-		}
-		return errors.Join(errs...)
+	err := errors.Join(routeErr, ruleErr, hostErr)
+	switch {
+	case err == nil && prev != nil:
+		r.dropPrevious(ctx, fd, ips, p, prev)
+	case err != nil && prev == nil:
+		return r.undo(ctx, fd, ips, hostErr == nil, err)
+	case err != nil:
+		return r.restore(ctx, fd, ips, hostErr == nil, wroteRules, prev, err)
 	}
 	logger.V(4).Info("Redirection applied", "plan", p)
 	return nil
+}
+
+// undo removes what a failed apply of a new pod's redirection put in
+// place; err is the failure, returned with the undo's own.
+func (r *Redirector) undo(ctx context.Context, fd int, ips []netip.Addr, snatAdded bool, err error) error {
+	errs := []error{err}
+	if snatAdded {
+		if err := r.probe.delete(ips); err != nil {
+			errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
+		}
+	}
+	// The undo runs even when ctx's deadline is what failed the apply.
+	undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
+	if err := r.backend.remove(undo, fd); err != nil {
+		errs = append(errs, fmt.Errorf("undo rules: %w", err))
+	}
+	if err := removeRouting(fd); err != nil {
+		errs = append(errs, fmt.Errorf("undo routing: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// restore puts a running pod back on the redirection prev describes after
+// a failed apply (err): nothing it needed is removed, its rules are
+// written again as prev's plan where the apply wrote some (an nftables
+// batch that failed changed nothing; an iptables family restored before
+// the failure did), and only the SNAT entries prev did not have go.
+func (r *Redirector) restore(ctx context.Context, fd int, ips []netip.Addr, snatAdded, wroteRules bool, prev *previous, err error) error {
+	errs := []error{err}
+	if snatAdded {
+		if err := r.probe.delete(without(ips, prev.ips)); err != nil {
+			errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
+		}
+	}
+	if wroteRules && prev.known {
+		undo, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+		defer cancel()
+		if err := r.backend.apply(undo, fd, prev.plan); err != nil {
+			errs = append(errs, fmt.Errorf("restore the previous rules (%s): %w", prev.plan, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropPrevious removes, once the new rules are in, the routing and SNAT
+// entries of prev that the new plan p and addresses ips do not need (an
+// IPv6 family turned off, an address the pod no longer has). Best effort:
+// what stays is inert without rules that mark packets for it.
+func (r *Redirector) dropPrevious(ctx context.Context, fd int, ips []netip.Addr, p Plan, prev *previous) {
+	logger := klog.FromContext(ctx)
+	if stale := without(prev.ips, ips); len(stale) > 0 {
+		if err := r.probe.delete(stale); err != nil {
+			logger.Error(err, "Removing the node SNAT entries of addresses the pod no longer has", "addresses", stale)
+		}
+	}
+	if !prev.known {
+		return
+	}
+	var gone []Family
+	for _, f := range prev.plan.Families {
+		if !slices.Contains(p.Families, f) {
+			gone = append(gone, f)
+		}
+	}
+	if len(gone) > 0 {
+		if err := removeRouting(fd, gone...); err != nil {
+			logger.Error(err, "Removing the routing of families the pod's rules no longer capture", "families", gone)
+		}
+	}
+}
+
+// without is the addresses of a that are not in b.
+func without(a, b []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, ip := range a {
+		if !slices.Contains(b, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 // undoTimeout bounds the undo of a failed apply.

@@ -102,10 +102,14 @@ func (r *routing) hasRule(f Family) (bool, error) {
 	return false, nil
 }
 
-// remove deletes the rule and route of both families, tolerating absence.
-func (r *routing) remove() error {
+// remove deletes the rule and route of the given families (both when
+// none are given), tolerating absence.
+func (r *routing) remove(families ...Family) error {
+	if len(families) == 0 {
+		families = []Family{IPv4, IPv6}
+	}
 	var errs []error
-	for _, f := range []Family{IPv4, IPv6} {
+	for _, f := range families {
 		for {
 			has, err := r.hasRule(f)
 			if err != nil || !has {
@@ -140,12 +144,13 @@ func applyRouting(netnsFd int, families []Family) error {
 	return rt.apply(families)
 }
 
-// removeRouting removes the proxy routing from the netns.
-func removeRouting(netnsFd int) error {
+// removeRouting removes the proxy routing of the given families (both
+// when none are given) from the netns.
+func removeRouting(netnsFd int, families ...Family) error {
 	rt, err := openRouting(netnsFd)
 	if err != nil {
 		return err
 	}
 	defer rt.close()
-	return rt.remove()
+	return rt.remove(families...)
 }

@@ -235,6 +235,61 @@ func TestRefusedRunningPodIsRetried(t *testing.T) {
 	}
 }
 
+// TestRefusalInReplayIsRetried: a running pod ztunnel refuses in a new
+// connection's snapshot is counted, named with ztunnel's reason, and
+// retried until ztunnel takes it, as one refused outside a replay.
+func TestRefusalInReplayIsRetried(t *testing.T) {
+	path := socketPath(t)
+	told := make(chan string, 10)
+	s := listen(t, zds.Config{SocketPath: path, Refused: func(p enroll.PodRef, reason string) { told <- reason }})
+	serveUntil(t, s)
+	w := workload(t, "running")
+	if err := s.AddWorkload(context.Background(), w, enroll.HandoverDeferred); err != nil {
+		t.Fatalf("a running pod's AddWorkload with no ztunnel = %v, want it registered", err)
+	}
+	state := &zdstest.State{RetryEvery: time.Hour} // only meshlet's retries count here
+	defer state.Close()
+	refused := make(chan struct{})
+	zt := &zdstest.Ztunnel{State: state, Decide: func(r *zdstest.Request) string {
+		select {
+		case <-refused:
+			return ""
+		default:
+		}
+		if r.Kind == zdstest.Add {
+			close(refused)
+			return "netns not ready (test)"
+		}
+		return ""
+	}}
+	if err := zt.Start(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(zt.Stop)
+	<-refused
+	deadline := time.Now().Add(wait)
+	// Named as refused until meshlet's first retry, a second later.
+	for s.RefusedPods()["running"] != "netns not ready (test)" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod refused in the replay is not named as refused: %v", s.RefusedPods())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitProxies(t, state, 1)
+	if s.Refused() != 0 {
+		t.Fatalf("after ztunnel took it: %d refused; want 0", s.Refused())
+	}
+	if len(told) != 1 {
+		t.Fatalf("told of %d refusals, want 1", len(told))
+	}
+	if got := <-told; got != "netns not ready (test)" {
+		t.Fatalf("told %q, want ztunnel's reason", got)
+	}
+	if n := zdstest.Count(zt.Requests(), zdstest.Del); n != 0 {
+		t.Fatalf("ztunnel was told %d times to drop a running pod it refused", n)
+	}
+}
+
 // TestForgetInheritedSparesARegisteredPod: the end of a previous agent's
 // handover drops the pod at ztunnel unless this agent has handed over a
 // workload of the pod itself since (a new sandbox of it, enrolled while

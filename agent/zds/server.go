@@ -109,8 +109,8 @@ type Server struct {
 	closed    bool
 	wg        sync.WaitGroup
 	// refused are the running pods whose Add ztunnel refused, retried
-	// until it takes them: pod UID → the workload refused.
-	refused map[string]*workload
+	// until it takes them: pod UID → the workload refused, and why.
+	refused map[string]refusal
 	// life ends with the server: requests sent on behalf of a caller that
 	// did not wait for them (bg) run on it.
 	life    context.Context
@@ -127,6 +127,12 @@ const (
 )
 
 var _ enroll.ProxyLink = (*Server)(nil)
+
+// refusal is a refused Add: the workload, and ztunnel's reason.
+type refusal struct {
+	w      *workload
+	reason string
+}
 
 // workload is one registry entry. fd is a dup the server owns; -1 once
 // retired.
@@ -163,7 +169,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	life, endLife := context.WithCancel(context.Background())
 	return &Server{cfg: cfg, ln: ln, workloads: make(map[string]*workload), previous: map[string]struct{}{},
-		refused: map[string]*workload{}, life: life, endLife: endLife}, nil
+		refused: map[string]refusal{}, life: life, endLife: endLife}, nil
 }
 
 // Resume tells the server what a previous agent on this node handed to
@@ -323,8 +329,10 @@ func (s *Server) handle(ctx context.Context, c *conn) {
 		switch {
 		case err == nil || errors.Is(err, errRetired):
 		case errors.As(err, &nack):
+			// ztunnel keeps a refused Add pending and retries it itself;
+			// meshlet retries it too, as a running pod's handover.
 			nacks++
-			logger.Info("ztunnel refused a workload during replay", "podUID", w.uid, "reason", nack.Reason)
+			s.background(func() { s.deliver(c, w, err) })
 		default:
 			logger.Info("Snapshot replay aborted", "podUID", w.uid, "err", err)
 			c.close(err)
@@ -550,36 +558,42 @@ func (s *Server) unregister(w *workload) {
 // when the connection fails (the next connection's snapshot carries the
 // workload), or with the server.
 func (s *Server) handOver(c *conn, w *workload) {
-	s.background(func() {
-		backoff := retryMin
-		for {
-			err := c.send(s.life, w)
-			var nack *NackError
-			if !errors.As(err, &nack) {
-				s.setRefused(w, false)
-				if err != nil && !errors.Is(err, errRetired) && !errors.Is(err, errConnClosed) && s.life.Err() == nil {
-					c.log.Info("Handing a running pod to ztunnel failed; the next connection's snapshot carries it", "podUID", w.uid, "err", err)
-				}
-				return
+	s.background(func() { s.deliver(c, w, c.send(s.life, w)) })
+}
+
+// deliver follows up on an Add of w sent on c, which ended with err: a
+// refusal is retried with backoff on the newest connection until ztunnel
+// takes it, the workload is deleted or replaced, or the server closes.
+// It runs in the background.
+func (s *Server) deliver(c *conn, w *workload, err error) {
+	backoff := retryMin
+	for {
+		var nack *NackError
+		if !errors.As(err, &nack) {
+			s.setRefused(w, "", false)
+			if err != nil && !errors.Is(err, errRetired) && !errors.Is(err, errConnClosed) && s.life.Err() == nil {
+				c.log.Info("Handing a running pod to ztunnel failed; the next connection's snapshot carries it", "podUID", w.uid, "err", err)
 			}
-			if s.setRefused(w, true) {
-				c.log.Info("ztunnel refused a running pod: its redirection stays, and the Add is retried until ztunnel takes it",
-					"podUID", w.uid, "reason", nack.Reason, "retryIn", backoff)
-				if s.cfg.Refused != nil {
-					s.cfg.Refused(enroll.PodRef{UID: w.uid, Name: w.info.GetName(), Namespace: w.info.GetNamespace()}, nack.Reason)
-				}
-			}
-			select {
-			case <-s.life.Done():
-				return
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, retryMax)
-			if c = s.newest(); c == nil {
-				return
+			return
+		}
+		if s.setRefused(w, nack.Reason, true) {
+			c.log.Info("ztunnel refused a running pod: its redirection stays, and the Add is retried until ztunnel takes it",
+				"podUID", w.uid, "reason", nack.Reason, "retryIn", backoff)
+			if s.cfg.Refused != nil {
+				s.cfg.Refused(enroll.PodRef{UID: w.uid, Name: w.info.GetName(), Namespace: w.info.GetNamespace()}, nack.Reason)
 			}
 		}
-	})
+		select {
+		case <-s.life.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, retryMax)
+		if c = s.newest(); c == nil {
+			return
+		}
+		err = c.send(s.life, w)
+	}
 }
 
 // background runs fn on a goroutine Close waits for, unless the server is
@@ -592,15 +606,15 @@ func (s *Server) background(fn func()) {
 	}
 }
 
-// setRefused records whether w's Add stands refused; it reports whether
-// that is new.
-func (s *Server) setRefused(w *workload, refused bool) bool {
+// setRefused records whether w's Add stands refused (for reason); it
+// reports whether that is new.
+func (s *Server) setRefused(w *workload, reason string, refused bool) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	was := s.refused[w.uid] == w
+	was := s.refused[w.uid].w == w
 	switch {
 	case refused:
-		s.refused[w.uid] = w
+		s.refused[w.uid] = refusal{w: w, reason: reason}
 	case was:
 		delete(s.refused, w.uid)
 	}
@@ -610,15 +624,21 @@ func (s *Server) setRefused(w *workload, refused bool) bool {
 // Refused returns how many running pods' Adds ztunnel refused and meshlet
 // retries.
 func (s *Server) Refused() int {
+	return len(s.RefusedPods())
+}
+
+// RefusedPods returns the running pods whose Adds ztunnel refused and
+// meshlet retries: pod UID → ztunnel's reason.
+func (s *Server) RefusedPods() map[string]string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
-	for uid, w := range s.refused {
-		if s.workloads[uid] == w {
-			n++
+	out := make(map[string]string, len(s.refused))
+	for uid, r := range s.refused {
+		if s.workloads[uid] == r.w {
+			out[uid] = r.reason
 		}
 	}
-	return n
+	return out
 }
 
 // newest is the newest connection, or nil.
