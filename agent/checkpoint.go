@@ -21,6 +21,11 @@ const checkpointInterval = 2 * time.Second
 // (an upgrade) is ignored and replaced at the first write. Either way every
 // running pod's rules are rewritten once, which is always correct.
 func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
+	if cut, err := state.RemoveCutWrites(dir); err != nil {
+		logger.Error(err, "Removing the temporary files of unfinished checkpoint writes", "files", cut)
+	} else if len(cut) > 0 {
+		logger.Info("Removed the temporary files of checkpoint writes a killed meshlet never finished: the checkpoint before them stands", "files", cut)
+	}
 	cp, err := state.Load(dir)
 	if errors.Is(err, state.ErrOtherVersion) {
 		logger.Info("Checkpoint of another meshlet version ignored: every running pod's rules will be rewritten once", "reason", err)

@@ -117,6 +117,28 @@ func Save(dir string, records []enroll.Record) error {
 
 func byUID(a, b enroll.Record) int { return strings.Compare(a.UID, b.UID) }
 
+// RemoveCutWrites removes the temporary files of checkpoint writes that
+// never finished (the agent was killed between the write and the rename;
+// the previous checkpoint stands) and returns their names. Only the agent
+// that holds the node's lock may call it: another one's write in flight
+// would look the same.
+func RemoveCutWrites(dir string) ([]string, error) {
+	cut, err := filepath.Glob(filepath.Join(dir, FileName+".tmp-*"))
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	for _, f := range cut {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return cut, fmt.Errorf("remove unfinished checkpoint writes: %w", err)
+	}
+	return cut, nil
+}
+
 // SetAside renames a corrupt checkpoint so the agent can start fresh and an
 // operator can still look at it. The new name carries the time (UTC), so
 // one corrupt file never replaces another.

@@ -111,3 +111,42 @@ func TestSetAsideKeepsEveryCorruptFile(t *testing.T) {
 		t.Fatalf("after SetAside: %+v, %v", cp, err)
 	}
 }
+
+// TestRemoveCutWrites: what an agent killed between a checkpoint's write
+// and its rename leaves (the temporary file, cut short) goes; the
+// checkpoint before it and every other file stay.
+func TestRemoveCutWrites(t *testing.T) {
+	dir := t.TempDir()
+	records := []enroll.Record{{UID: "a", Name: "p", Namespace: "n", NetnsInode: 1, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Redirection: "nftables/v1 ipv4"}}
+	if err := Save(dir, records); err != nil {
+		t.Fatal(err)
+	}
+	full, err := os.ReadFile(filepath.Join(dir, FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(dir, FileName+".tmp-4242")
+	other := filepath.Join(dir, "nodelock")
+	for path, b := range map[string][]byte{cut: full[:len(full)/2], other: nil} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removed, err := RemoveCutWrites(dir)
+	if err != nil || len(removed) != 1 || removed[0] != cut {
+		t.Fatalf("RemoveCutWrites = %v, %v; want %s removed", removed, err, cut)
+	}
+	if _, err := os.Stat(cut); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the cut write is still there: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("another file went: %v", err)
+	}
+	got, err := Load(dir)
+	if err != nil || len(got.Pods) != 1 || got.Pods[0].UID != "a" {
+		t.Fatalf("the checkpoint before the cut write: %+v, %v", got, err)
+	}
+	if removed, err := RemoveCutWrites(dir); err != nil || len(removed) != 0 {
+		t.Fatalf("second RemoveCutWrites = %v, %v; want nothing to do", removed, err)
+	}
+}

@@ -3,9 +3,11 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,6 +78,28 @@ func TestNoMeshConnectionDropped(t *testing.T) {
 		return dropFromCheckpoint(e.MeshletStateDir(), pods[0].spec.UID)
 	})
 	check("meshlet kill -9, a pod missing from its checkpoint, and start")
+
+	// Killed in the middle of a checkpoint write: the write's temporary
+	// file is left, cut short, beside the complete previous checkpoint.
+	restart(func() error {
+		if err := m.meshlet.Kill(); err != nil {
+			return err
+		}
+		return leaveCutWrite(e.MeshletStateDir())
+	})
+	check("meshlet kill -9 in the middle of a checkpoint write, and start")
+	if left, _ := filepath.Glob(filepath.Join(e.MeshletStateDir(), state.FileName+".tmp-*")); len(left) > 0 {
+		t.Fatalf("the restarted meshlet left the cut write %v", left)
+	}
+
+	// Killed in the middle of a hook: a new pod's Add is at ztunnel,
+	// unanswered, when meshlet dies. The runtime then starts the pod or
+	// refuses it; a pod it starts is enrolled by the next meshlet, one it
+	// refuses has no proxy at ztunnel.
+	if started := killInHook(t, e, m, zt); started != nil {
+		pods = append(pods, started)
+	}
+	check("meshlet kill -9 in the middle of a RunPodSandbox hook, and start")
 
 	// Removed while meshlet is away: ztunnel drains it; the rest stay.
 	gone := pods[len(pods)-1]
@@ -149,7 +173,7 @@ func TestRestartWithTheAPIServerDown(t *testing.T) {
 	}
 	m, zt := followedMesh(t, 30*time.Second, "--kubeconfig="+kubeconfig, "--dra=false")
 	var pods []*pod
-	for i := range 10 {
+	for i := range disruptionPods {
 		apiPod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("restart-%d", i)},
 			Spec: corev1.PodSpec{NodeName: env.NodeName, ServiceAccountName: "reviews", AutomountServiceAccountToken: new(bool),
@@ -267,4 +291,73 @@ func dropFromCheckpoint(dir, uid string) error {
 		return fmt.Errorf("pod %s is not in the checkpoint", uid)
 	}
 	return state.Save(dir, kept)
+}
+
+// leaveCutWrite leaves in dir what a meshlet killed in the middle of a
+// checkpoint write leaves: the write's temporary file, cut short.
+func leaveCutWrite(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, state.FileName))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, state.FileName+".tmp-1234567"), b[:len(b)/2], 0o600)
+}
+
+// killInHook kills meshlet while a new mesh pod's RunPodSandbox hook waits
+// for ztunnel's answer to its Add, and starts meshlet again. It returns
+// the pod if the runtime started it, nil if it refused it (then ztunnel
+// runs no proxy for it).
+func killInHook(t *testing.T, e *env.Env, m *mesh, zt *ztunnelFollower) *pod {
+	t.Helper()
+	p := &pod{spec: env.PodSpec{Name: "in-flight", Namespace: "app", UID: fmt.Sprintf("uid-in-flight-%d", time.Now().UnixNano()), Labels: ambient}}
+	stalled := make(chan struct{})
+	var once sync.Once
+	zt.setDecide(func(r *zdstest.Request) string {
+		if r.Kind == zdstest.Add && r.UID == p.spec.UID {
+			once.Do(func() { close(stalled) })
+			return zdstest.Stall
+		}
+		return ""
+	})
+	type result struct {
+		id  string
+		err error
+	}
+	ran := make(chan result, 1)
+	go func() {
+		id, err := e.RunPod(p.spec)
+		ran <- result{id, err}
+	}()
+	select {
+	case <-stalled:
+	case r := <-ran:
+		t.Fatalf("RunPodSandbox returned (%v) before its Add reached ztunnel", r.err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the new pod's Add never reached ztunnel")
+	}
+	if err := m.meshlet.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	zt.setDecide(nil)
+	r := <-ran
+	m.startMeshlet()
+	if err := m.meshlet.WaitReady(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if r.err != nil {
+		t.Logf("the runtime refused the pod whose hook meshlet died in: %v", r.err)
+		zt.current() // the new meshlet's snapshot is in
+		if _, runs := zt.ztunnel().Proxies()[p.spec.UID]; runs {
+			t.Fatalf("ztunnel runs a proxy for the pod the runtime refused")
+		}
+		return nil
+	}
+	p.id = r.id
+	t.Cleanup(func() { _ = e.RemovePod(p.id) })
+	var err error
+	if p.info, err = e.InspectPod(p.id); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the runtime started the pod whose hook meshlet died in")
+	return p
 }

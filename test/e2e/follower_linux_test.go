@@ -22,6 +22,7 @@ type ztunnelFollower struct {
 	state *zdstest.State
 
 	mu       sync.Mutex
+	decide   func(*zdstest.Request) string // see setDecide
 	sessions []*zdstest.Ztunnel
 	gaps     []time.Duration // between a session's end and the next one's snapshot
 
@@ -49,7 +50,7 @@ func (f *ztunnelFollower) run() {
 	backoff := redialMin
 	for {
 		f.mu.Lock()
-		zt := &zdstest.Ztunnel{State: f.state}
+		zt := &zdstest.Ztunnel{State: f.state, Decide: f.decideNow}
 		f.mu.Unlock()
 		if err := zt.Start(f.path); err == nil {
 			f.mu.Lock()
@@ -85,6 +86,24 @@ const (
 	redialMin = 10 * time.Millisecond
 	redialMax = 15 * time.Second
 )
+
+// setDecide makes fn answer every request from now on, in every session
+// (nil: ack them all), as zdstest.Ztunnel.Decide.
+func (f *ztunnelFollower) setDecide(fn func(*zdstest.Request) string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decide = fn
+}
+
+func (f *ztunnelFollower) decideNow(r *zdstest.Request) string {
+	f.mu.Lock()
+	fn := f.decide
+	f.mu.Unlock()
+	if fn == nil {
+		return ""
+	}
+	return fn(r)
+}
 
 // close stops following and closes every fd received.
 func (f *ztunnelFollower) close() {
