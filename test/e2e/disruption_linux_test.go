@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -136,6 +138,46 @@ func TestNoMeshConnectionDropped(t *testing.T) {
 	for _, p := range pods {
 		if c := zt.ztunnel().Counts(p.spec.UID); c.Starts != 1 {
 			t.Fatalf("after the ztunnel restart, pod %s: %+v, want its proxy started once", p.spec.Name, c)
+		}
+	}
+
+	// A restarted ztunnel refuses every pod for a while (its replay
+	// NACKed): each keeps its rules, meshlet status says ztunnel refused
+	// it, and meshlet's retries (or ztunnel's own) bring each in once
+	// ztunnel takes pods again.
+	var refusing atomic.Bool
+	refusing.Store(true)
+	zt.setDecide(func(r *zdstest.Request) string {
+		if r.Kind == zdstest.Add && refusing.Load() {
+			return "netns not ready (test)"
+		}
+		return ""
+	})
+	zt.restartZtunnel()
+	waitFor(t, "meshlet status naming every pod refused by ztunnel", func() bool {
+		out, err := exec.Command(e.Meshlet, "status", "--state-dir="+e.MeshletStateDir()).CombinedOutput()
+		return err == nil && strings.Count(string(out), "refused: netns not ready (test)") == len(pods)
+	})
+	for _, p := range pods {
+		if !hasRules(t, p.info.NetnsPath) {
+			t.Fatalf("pod %s, refused by ztunnel while running, lost its rules", p.spec.Name)
+		}
+	}
+	refusing.Store(false)
+	zt.setDecide(nil)
+	waitFor(t, "ztunnel taking every pod it refused", func() bool {
+		proxies := zt.ztunnel().Proxies()
+		for _, p := range pods {
+			if _, runs := proxies[p.spec.UID]; !runs {
+				return false
+			}
+		}
+		return true
+	})
+	check("a restarted ztunnel refusing every pod, then taking them")
+	for _, p := range pods {
+		if c := zt.ztunnel().Counts(p.spec.UID); c.Starts != 1 {
+			t.Fatalf("after the refusals, pod %s: %+v, want its proxy started once", p.spec.Name, c)
 		}
 	}
 }

@@ -32,7 +32,8 @@ type ztunnelFollower struct {
 }
 
 func followZtunnel(t testing.TB, path string) *ztunnelFollower {
-	f := &ztunnelFollower{t: t, path: path, state: &zdstest.State{}, stop: make(chan struct{}), done: make(chan struct{})}
+	f := &ztunnelFollower{t: t, path: path, stop: make(chan struct{}), done: make(chan struct{})}
+	f.state = f.newState()
 	go f.run()
 	t.Cleanup(f.close)
 	return f
@@ -86,6 +87,14 @@ const (
 	redialMin = 10 * time.Millisecond
 	redialMax = 15 * time.Second
 )
+
+// newState is a new ztunnel process's state: its own retries of refused
+// Adds ask setDecide's function too.
+func (f *ztunnelFollower) newState() *zdstest.State {
+	return &zdstest.State{Admit: func(uid string) string {
+		return f.decideNow(&zdstest.Request{Kind: zdstest.Add, UID: uid})
+	}}
+}
 
 // setDecide makes fn answer every request from now on, in every session
 // (nil: ack them all), as zdstest.Ztunnel.Decide.
@@ -156,7 +165,7 @@ func (f *ztunnelFollower) ztunnel() *zdstest.State {
 func (f *ztunnelFollower) restartZtunnel() {
 	f.mu.Lock()
 	old := f.state
-	f.state = &zdstest.State{}
+	f.state = f.newState()
 	var cur *zdstest.Ztunnel
 	if n := len(f.sessions); n > 0 {
 		cur = f.sessions[n-1]

@@ -41,6 +41,9 @@ type Request struct {
 	NetnsInode uint64
 	// At is when it was received (before the answer is sent).
 	At time.Time
+	// Refused is the reason the stand-in refused it with (a NACK), ""
+	// for an ack (or no answer: Stall).
+	Refused string
 }
 
 // Close releases the received fd.
@@ -261,6 +264,7 @@ func (z *Ztunnel) serve() error {
 		}
 		if reason != "" && reason != Stall {
 			r.Close()
+			r.Refused = reason
 		}
 		z.mu.Lock()
 		z.requests = append(z.requests, r)
