@@ -196,7 +196,7 @@ func (p *Plugin) RunPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	if len(bad) > 0 {
 		return fmt.Errorf("meshlet: pod %s/%s: unparsable IPs %q from the runtime", pod.Namespace, pod.Name, bad)
 	}
-	if err := p.enroll(ctx, pod); err != nil {
+	if _, err := p.enroll(ctx, pod); err != nil {
 		return fmt.Errorf("meshlet: pod %s/%s must join the mesh but could not be enrolled (the runtime will retry): %w",
 			pod.Namespace, pod.Name, err)
 	}
@@ -215,7 +215,7 @@ func (p *Plugin) hookContext(ctx context.Context, what string) (context.Context,
 	return context.WithTimeoutCause(ctx, timeout, fmt.Errorf("%s exceeded the enroll timeout (%v)", what, timeout))
 }
 
-func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
+func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error) {
 	ctx, cancel := p.hookContext(ctx, "enrollment")
 	defer cancel()
 	start := time.Now()
@@ -223,7 +223,7 @@ func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) error {
 	if err != nil || res.Enrolled && res.Changed {
 		p.metrics.Enrolled(enroll.PodRef{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace}, time.Since(start), err)
 	}
-	return err
+	return res, err
 }
 
 // StopPodSandbox releases the pod. It never fails: a stop must not be held
@@ -258,7 +258,15 @@ var ErrNotMeshed = errors.New("pod must be meshed but is not enrolled")
 // core missed (a race with a reconnect) is enrolled now.
 func (p *Plugin) CreateContainer(ctx context.Context, sb *api.PodSandbox, c *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	pod, _ := podFromSandbox(sb)
-	if err := p.enroll(ctx, pod); err != nil {
+	res, err := p.enroll(ctx, pod)
+	if err != nil && res.Enrolled {
+		// The pod runs meshed as it was (a rewrite of its rules that
+		// failed leaves them): its containers start; the change is
+		// made by the next convergence.
+		klog.FromContext(ctx).Info("Pod stays enrolled as it was; its change failed", "pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
+		return nil, nil, nil
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("meshlet: refusing container %q of pod %s/%s: %w: %w",
 			c.GetName(), pod.Namespace, pod.Name, ErrNotMeshed, err)
 	}

@@ -167,8 +167,10 @@ func (c *Core) SetDefaults(d Settings) { c.defaults.Store(&d) }
 // place, ztunnel acked, netns held) or not. It is synchronous and
 // idempotent: the same pod with the same netns is a no-op; a new netns (the
 // sandbox was recreated) releases the old enrollment and enrolls the new
-// one. An error means the pod should be meshed and is not; nothing of the
-// attempt is left behind.
+// one. An error with Result.Enrolled false means the pod should be meshed
+// and is not, and nothing of the attempt is left behind; with Enrolled
+// true, the pod stays enrolled as it was (a change of its rules that
+// failed).
 func (c *Core) Enroll(ctx context.Context, pod Pod) (Result, error) {
 	if pod.UID == "" {
 		return Result{}, errors.New("enroll: pod has no UID")
@@ -723,7 +725,15 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		// pod stays enrolled as it was, a previous agent's keeps that
 		// agent's rules and handover (its next attempt, a retry for a
 		// running pod, adopts it again; its release drops it), and a new
-		// one has nothing of the attempt.
+		// one has nothing of the attempt. A pod whose identity changed
+		// was released from the proxy above: rules no proxy serves would
+		// blackhole its traffic, so they go.
+		if keepRules {
+			if rerr := c.ports.Redirector.Remove(context.WithoutCancel(ctx), want, RemoveAll); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("remove the rules of the released identity: %w", rerr))
+			}
+			c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		}
 		_ = ns.Close()
 		return c.fail(ctx, s, StepRedirect, err)
 	}
@@ -740,8 +750,12 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	s.checkpointed = nil
 	want.Redirection = redirection
 	c.ports.Status.Report(s.ref(), RedirectionPending)
-	err = outOfTime(ctx, h)
-	if err == nil {
+	if reprogrammed {
+		// The proxy has the pod in this netns: the Add is a no-op for it,
+		// and a running pod is never taken out of the mesh for its answer
+		// or the caller's deadline.
+		err = c.ports.Proxy.AddWorkload(ctx, want, HandoverDeferred)
+	} else if err = outOfTime(ctx, h); err == nil {
 		err = c.ports.Proxy.AddWorkload(ctx, want, h)
 	}
 	if err != nil {
@@ -858,8 +872,10 @@ func (c *Core) clearLeftovers(ctx context.Context, pod *Pod) {
 	}
 }
 
-// failReprogrammed is fail for a pod whose old rules came out for new ones
-// that did not go in: the proxy, which still has it, drops it.
+// failReprogrammed is fail for a re-programmed pod whose new workload the
+// proxy link could not take (its netns could not be passed on): its new
+// rules are already rolled back, and the proxy, which still has the pod,
+// drops it.
 func (c *Core) failReprogrammed(ctx context.Context, s *slot, reprogrammed bool, step Step, err error) (Result, error) {
 	if reprogrammed {
 		if derr := c.ports.Proxy.DelWorkload(ctx, s.pod.UID); derr != nil {

@@ -247,6 +247,9 @@ func (f *fakeRedirector) Apply(_ context.Context, w *Workload, prior *Record) (s
 			return "", f.refuse
 		}
 		f.rec.add("keep %s inode=%d", w.UID, w.NetnsInode)
+		if fail != nil {
+			return "", fail
+		}
 		return prior.Redirection, nil
 	}
 	redirection := f.account(w.Settings)

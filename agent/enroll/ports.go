@@ -71,15 +71,23 @@ const (
 
 // Redirector programs traffic redirection for a pod.
 type Redirector interface {
-	// Apply installs the pod's redirection, all or nothing, and returns its
-	// account of what it installed (kept as the record's Redirection).
+	// Apply installs the pod's redirection and returns its account of
+	// what it installed (kept as the record's Redirection).
+	//
 	// prior, when not nil, is the record of the rules already in the pod's
 	// network namespace: a previous agent's, checkpointed with the same
 	// addresses and settings (or, for a pod Apply would refuse now, with
-	// the settings the core then gives the pod), or this agent's when only
-	// the pod's identity changed. Apply may keep those rules if prior's
-	// Redirection is what it would install now and the rules are still
-	// there; a pod it would refuse now it adopts as prior says.
+	// the settings the core then gives the pod), or this agent's (only the
+	// pod's identity changed, or its settings: a re-program). Apply may
+	// keep those rules if prior's Redirection is what it would install now
+	// and the rules are still there; otherwise it replaces them in place,
+	// never leaving the pod without rules. A pod it would refuse now it
+	// adopts as prior says.
+	//
+	// A failed Apply without prior leaves nothing of itself; with prior it
+	// leaves the pod with prior's rules (where it can write prior's plan;
+	// of a plan it does not write, another rules version, what the failed
+	// write left).
 	Apply(ctx context.Context, w *Workload, prior *Record) (string, error)
 	// Account returns what Apply would return for a pod with r's
 	// addresses and settings now, touching nothing. An enrolled pod whose

@@ -426,10 +426,13 @@ func TestHeldPodKeptWhileTheSourceCannotSay(t *testing.T) {
 	}
 }
 
-// TestFailedRewriteLeavesNothingBehind: a running pod whose new rules go
-// in but whose handover fails (no ztunnel, inside a hook) is out of the
-// mesh: its rules rolled back, and the proxy told to drop it, whether it
-// was this agent's (re-programmed) or the previous agent's (adopted).
+// TestFailedRewriteLeavesNothingBehind: a pod re-programmed inside a hook
+// while no ztunnel is connected stays in the mesh (the proxy has it in
+// this netns; its new workload is registered for the next connection).
+// A pod whose new rules go in but whose new workload the proxy link
+// cannot take is out of the mesh: its rules rolled back, and the proxy
+// told to drop it, whether it was this agent's (re-programmed) or the
+// previous agent's (adopted).
 func TestFailedRewriteLeavesNothingBehind(t *testing.T) {
 	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
 	h := newHarness(t, Record{UID: "inherited", Name: "name-inherited", Namespace: "default", NetnsInode: 2,
@@ -439,12 +442,25 @@ func TestFailedRewriteLeavesNothingBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.rec.take()
-	h.proxy.failAdd = errors.New("no ztunnel connected")
+	h.proxy.mu.Lock()
+	h.proxy.disconnected = true
+	h.proxy.mu.Unlock()
 	p.Annotations = map[string]string{"dns": "off"}
+	if _, err := h.core.Enroll(ctx, p); err != nil {
+		t.Fatalf("re-programming a running pod with no ztunnel connected = %v, want it done", err)
+	}
+	wantCalls(t, h, "apply a inode=1 dns=false", "add a inode=1 sa=sa-name-a")
+	wantState(t, h, "a", StateEnrolled, "pod-label")
+	h.proxy.mu.Lock()
+	h.proxy.disconnected = false
+	h.proxy.mu.Unlock()
+
+	h.proxy.failAdd = errors.New("cannot pass the netns on")
+	p.Annotations = map[string]string{"dns": "on"}
 	if _, err := h.core.Enroll(ctx, p); FailedStep(err) != StepProxy {
 		t.Fatalf("Enroll = %v, want a ztunnel failure", err)
 	}
-	wantCalls(t, h, "apply a inode=1 dns=false", "add a inode=1 sa=sa-name-a",
+	wantCalls(t, h, "apply a inode=1 dns=true", "add a inode=1 sa=sa-name-a",
 		"remove a inode=1 scope=all", "del a")
 
 	// Settings that differ from the checkpoint's: its rules are rewritten.
@@ -484,4 +500,31 @@ func TestSkippedAfterAFailedAdoption(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCalls(t, h, "remove p inode=1 scope=all", "del p")
+}
+
+// TestFailedIdentityChangeRemovesTheRules: a running pod the redirector
+// would refuse now (IPv6-only, IPv6 off) whose identity changed is
+// released from the proxy, and its rules kept for the new identity; when
+// keeping them fails, no proxy serves the pod, so its rules go too (they
+// would blackhole its traffic).
+func TestFailedIdentityChangeRemovesTheRules(t *testing.T) {
+	h := newHarness(t)
+	p := h.pod("a", 100, meshOn)
+	if _, err := h.core.EnrollRunning(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	h.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))
+	h.redir.setFailApply(errors.New("boom"))
+	p.Name = "renamed"
+	if _, err := h.core.EnrollRunning(ctx, p); FailedStep(err) != StepRedirect {
+		t.Fatalf("EnrollRunning = %v, want a redirect failure", err)
+	}
+	wantCalls(t, h, "del a", "remove a inode=100 scope=host", "keep a inode=100", "remove a inode=100 scope=all")
+	if h.redir.has("a") || h.proxy.uids()["a"] {
+		t.Fatalf("after the failed identity change: rules %t, at the proxy %t; want neither", h.redir.has("a"), h.proxy.uids()["a"])
+	}
+	if st := wantState(t, h, "a", StateFailed, "boom"); st.Retries != 1 {
+		t.Fatalf("status %+v, want a retry pending", st)
+	}
 }

@@ -18,8 +18,12 @@ const (
 	// RetryMin is the first retry's delay; it doubles up to RetryMax.
 	RetryMin = time.Second
 	RetryMax = 30 * time.Second
-	// retryTimeout bounds one retry's waits (the pod's lock, the proxy).
+	// retryTimeout bounds one retry's waits (the proxy, the rules).
 	retryTimeout = 30 * time.Second
+	// retryLockWait bounds a retry's wait for the pod's lock; a retry
+	// that does not get it is put off by retryBusy.
+	retryLockWait = 2 * time.Second
+	retryBusy     = 5 * time.Second
 )
 
 // RetryObserver is told of every failed convergence of a running pod:
@@ -75,10 +79,14 @@ func (c *Core) noted(ctx context.Context, s *slot, h Handover, err error) {
 func (c *Core) RunRetries(ctx context.Context) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	for {
+	for ctx.Err() == nil {
 		due, next := c.dueRetries(c.now())
-		for _, uid := range due {
-			c.retryPod(ctx, uid)
+		c.parallel(len(due), func(i int) error {
+			c.retryPod(ctx, due[i])
+			return nil
+		})
+		if len(due) > 0 {
+			continue // each is off the schedule or at its next time
 		}
 		wait := time.Hour
 		if !next.IsZero() {
@@ -87,7 +95,6 @@ func (c *Core) RunRetries(ctx context.Context) {
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
-			return
 		case <-c.retryWake:
 		case <-timer.C:
 		}
@@ -124,18 +131,24 @@ func (c *Core) dueRetries(now time.Time) (due []string, next time.Time) {
 // stopped, removed or converged meanwhile does not. It leaves the pod
 // off the schedule or at its next time.
 func (c *Core) retryPod(ctx context.Context, uid string) {
-	ctx, cancel := context.WithTimeout(ctx, retryTimeout)
-	defer cancel()
-	s, err := c.lockSlot(ctx, uid, false)
+	lctx, cancel := context.WithTimeout(ctx, retryLockWait)
+	s, err := c.lockSlot(lctx, uid, false)
+	cancel()
 	if err != nil || s == nil {
-		// Gone, or held by an operation whose outcome schedules the
-		// next retry, if any.
 		c.retryMu.Lock()
-		delete(c.retrying, uid)
+		if s == nil && err == nil {
+			delete(c.retrying, uid) // the pod is gone
+		} else if ctx.Err() == nil {
+			// Another operation holds the pod: tried again later (its
+			// own outcome may clear or reschedule the retry meanwhile).
+			c.retrying[uid] = c.now().Add(retryBusy)
+		}
 		c.retryMu.Unlock()
 		return
 	}
 	defer s.unlock()
+	ctx, cancel = context.WithTimeout(ctx, retryTimeout)
+	defer cancel()
 	if s.retry.at.After(c.now()) {
 		return // rescheduled meanwhile
 	}

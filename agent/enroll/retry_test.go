@@ -168,3 +168,44 @@ func TestFailedReprogramRetried(t *testing.T) {
 		t.Fatalf("status %+v after the retry; want none pending", st)
 	}
 }
+
+// TestRetryOfABusyPodIsPutOff: a retry that finds another operation on the
+// pod (a re-evaluation stuck in the redirector) does not wait for it past
+// a bound, and stays scheduled; the other operation's success clears it.
+func TestRetryOfABusyPodIsPutOff(t *testing.T) {
+	h := newHarness(t)
+	clk := &clock{t: time.Unix(1000, 0)}
+	h.core.now = clk.now
+	h.redir.setFailApply(errors.New("boom"))
+	if err := h.core.Reconcile(ctx, []Pod{h.pod("a", 100, meshOn)}); FailedStep(err) != StepRedirect {
+		t.Fatalf("Reconcile = %v, want a redirect failure", err)
+	}
+	h.redir.setFailApply(nil)
+	entered, release := make(chan struct{}), make(chan struct{})
+	h.redir.mu.Lock()
+	h.redir.hook = func(string) {
+		close(entered)
+		<-release
+	}
+	h.redir.mu.Unlock()
+	done := make(chan error, 1)
+	go func() { done <- h.core.Reevaluate(ctx) }()
+	<-entered
+
+	clk.advance(RetryMin)
+	h.core.retryPod(ctx, "a") // waits retryLockWait, then puts the retry off
+	h.core.retryMu.Lock()
+	at, scheduled := h.core.retrying["a"]
+	h.core.retryMu.Unlock()
+	if !scheduled || !at.Equal(clk.now().Add(retryBusy)) {
+		t.Fatalf("retry of the busy pod: scheduled %t at %v; want it put off to %v", scheduled, at, clk.now().Add(retryBusy))
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := h.core.Retrying(); n != 0 {
+		t.Fatalf("Retrying = %d after the re-evaluation enrolled the pod", n)
+	}
+	wantState(t, h, "a", StateEnrolled, "pod-label")
+}

@@ -36,8 +36,12 @@ func TestFailedRewriteKeepsPreviousRules(t *testing.T) {
 
 			failNextWrite(t, b)
 			next := podWorkload(pod, ips, enroll.Settings{DNSCapture: false})
-			if _, err := r.Apply(ctx, next, &current); err == nil {
+			_, err = r.Apply(ctx, next, &current)
+			if err == nil {
 				t.Fatal("Apply succeeded with a write the kernel refuses")
+			}
+			if strings.Contains(err.Error(), "restore the previous rules") {
+				t.Fatalf("the previous rules could not be written back: %v", err)
 			}
 			if after := fullDump(t, pod); after != before {
 				t.Fatalf("a failed rewrite changed the pod's rules\n--- after\n%s\n--- before\n%s", after, before)

@@ -3,6 +3,7 @@ package zds_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,5 +339,60 @@ func TestForgetInheritedSparesARegisteredPod(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != fmt.Sprintf("add recreated (netns inode %d)", w.Netns.Inode()) || got[1] != "snapshot_sent" {
 		t.Fatalf("the next snapshot: %q, want the recreated pod's Add and SnapshotSent", got)
+	}
+}
+
+// TestOneRetryLoopPerPod: a running pod refused by ztunnel, then refused
+// again in a new connection's snapshot while meshlet retries it, is sent
+// again by one retry loop: once ztunnel takes pods, the newest connection
+// gets exactly one Add it takes.
+func TestOneRetryLoopPerPod(t *testing.T) {
+	path := socketPath(t)
+	s := listen(t, zds.Config{SocketPath: path})
+	serveUntil(t, s)
+	state := &zdstest.State{RetryEvery: time.Hour} // only meshlet's retries count here
+	defer state.Close()
+	var accept atomic.Bool
+	decide := func(r *zdstest.Request) string {
+		if r.Kind == zdstest.Add && !accept.Load() {
+			return "netns not ready (test)"
+		}
+		return ""
+	}
+	first := &zdstest.Ztunnel{State: state, Decide: decide}
+	if err := first.Start(path); err != nil {
+		t.Fatal(err)
+	}
+	waitSnapshot(t, first)
+	if err := s.AddWorkload(context.Background(), workload(t, "running"), enroll.HandoverDeferred); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(wait)
+	for s.Refused() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the running pod is not counted as refused")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	first.Stop()
+	second := &zdstest.Ztunnel{State: state, Decide: decide}
+	if err := second.Start(path); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(second.Stop)
+	waitSnapshot(t, second) // its replay refused the pod too
+	accept.Store(true)
+	waitProxies(t, state, 1)
+	// Past the longest backoff a second loop would have waited (its
+	// first 1 s, then 2 s): no further Add arrives.
+	time.Sleep(3 * time.Second)
+	taken := 0
+	for _, r := range second.Requests() {
+		if r.Kind == zdstest.Add && r.Refused == "" {
+			taken++
+		}
+	}
+	if taken != 1 || s.Refused() != 0 {
+		t.Fatalf("the newest connection took %d Adds of the pod (%d refused pods); want 1 (0)", taken, s.Refused())
 	}
 }

@@ -143,6 +143,12 @@ type workload struct {
 	mu      sync.RWMutex // write-locked to retire; read-locked around a send of fd
 	fd      int
 	retired bool
+
+	// delivering: a deliver loop follows up on this workload's Add;
+	// refusedAgain: another connection refused it meanwhile, so that loop
+	// sends it again rather than end. Guarded by the server's mu.
+	delivering   bool
+	refusedAgain bool
 }
 
 func (w *workload) retire() {
@@ -332,7 +338,7 @@ func (s *Server) handle(ctx context.Context, c *conn) {
 			// ztunnel keeps a refused Add pending and retries it itself;
 			// meshlet retries it too, as a running pod's handover.
 			nacks++
-			s.background(func() { s.deliver(c, w, err) })
+			s.followUp(c, w, err)
 		default:
 			logger.Info("Snapshot replay aborted", "podUID", w.uid, "err", err)
 			c.close(err)
@@ -558,40 +564,95 @@ func (s *Server) unregister(w *workload) {
 // when the connection fails (the next connection's snapshot carries the
 // workload), or with the server.
 func (s *Server) handOver(c *conn, w *workload) {
+	s.mu.Lock()
+	w.delivering = true
+	s.mu.Unlock()
 	s.background(func() { s.deliver(c, w, c.send(s.life, w)) })
+}
+
+// followUp has a refusal (err) of w's Add on c, outside a handover,
+// retried: by a new deliver loop, or by the one already running for w.
+func (s *Server) followUp(c *conn, w *workload, err error) {
+	var nack *NackError
+	s.mu.Lock()
+	running := w.delivering
+	if running {
+		w.refusedAgain = true
+	} else {
+		w.delivering = true
+	}
+	s.mu.Unlock()
+	if !running {
+		s.background(func() { s.deliver(c, w, err) })
+	} else if errors.As(err, &nack) {
+		s.refusal(c, w, nack.Reason)
+	}
+}
+
+// refusal records that ztunnel refused w's Add on c for reason, and says
+// so the first time.
+func (s *Server) refusal(c *conn, w *workload, reason string) {
+	if s.setRefused(w, reason, true) {
+		c.log.Info("ztunnel refused a running pod: its redirection stays, and the Add is retried until ztunnel takes it",
+			"podUID", w.uid, "reason", reason)
+		if s.cfg.Refused != nil {
+			s.cfg.Refused(enroll.PodRef{UID: w.uid, Name: w.info.GetName(), Namespace: w.info.GetNamespace()}, reason)
+		}
+	}
+}
+
+// ended reports whether w's deliver loop may end: no connection refused
+// the Add since the loop last sent it (on the newest connection then) (a workload retired, or a server
+// closing, ends it in any case). Else the loop sends it again.
+func (s *Server) ended(w *workload, anyway bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.refusedAgain && !anyway {
+		w.refusedAgain = false
+		return false
+	}
+	w.delivering, w.refusedAgain = false, false
+	return true
 }
 
 // deliver follows up on an Add of w sent on c, which ended with err: a
 // refusal is retried with backoff on the newest connection until ztunnel
 // takes it, the workload is deleted or replaced, or the server closes.
-// It runs in the background.
+// It runs in the background, one loop per workload at a time (followUp).
 func (s *Server) deliver(c *conn, w *workload, err error) {
 	backoff := retryMin
 	for {
 		var nack *NackError
-		if !errors.As(err, &nack) {
-			s.setRefused(w, "", false)
+		if errors.As(err, &nack) {
+			s.refusal(c, w, nack.Reason)
+		} else {
 			if err != nil && !errors.Is(err, errRetired) && !errors.Is(err, errConnClosed) && s.life.Err() == nil {
 				c.log.Info("Handing a running pod to ztunnel failed; the next connection's snapshot carries it", "podUID", w.uid, "err", err)
 			}
-			return
-		}
-		if s.setRefused(w, nack.Reason, true) {
-			c.log.Info("ztunnel refused a running pod: its redirection stays, and the Add is retried until ztunnel takes it",
-				"podUID", w.uid, "reason", nack.Reason, "retryIn", backoff)
-			if s.cfg.Refused != nil {
-				s.cfg.Refused(enroll.PodRef{UID: w.uid, Name: w.info.GetName(), Namespace: w.info.GetNamespace()}, nack.Reason)
+			if s.ended(w, errors.Is(err, errRetired) || s.life.Err() != nil) {
+				if err == nil {
+					s.setRefused(w, "", false)
+				}
+				return
 			}
+			// Refused on a newer connection meanwhile: sent again there.
 		}
 		select {
 		case <-s.life.Done():
+			s.ended(w, true)
 			return
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, retryMax)
 		if c = s.newest(); c == nil {
+			s.ended(w, true)
 			return
 		}
+		// Sent on the newest connection: refusals on older ones no
+		// longer count.
+		s.mu.Lock()
+		w.refusedAgain = false
+		s.mu.Unlock()
 		err = c.send(s.life, w)
 	}
 }
