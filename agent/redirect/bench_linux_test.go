@@ -85,6 +85,30 @@ func benchReapply(b *testing.B, be Backend) {
 	latency.Report(b, lat)
 }
 
+// benchReprogram measures the re-program of a running pod as the core
+// makes it: Apply of new settings (DNS capture turned off, then on again)
+// with the pod's current record as prior, the rules replaced in place.
+func benchReprogram(b *testing.B, be Backend) {
+	r := newBareRedirector(b, be)
+	w := benchWorkload(b)
+	account, err := r.Apply(context.Background(), w, nil)
+	must(b, err)
+	current := w.Record
+	current.Redirection = account
+	var lat []time.Duration
+	for b.Loop() {
+		next := *w
+		next.Settings.DNSCapture = !current.Settings.DNSCapture
+		start := time.Now()
+		account, err := r.Apply(context.Background(), &next, &current)
+		lat = append(lat, time.Since(start))
+		must(b, err)
+		current = next.Record
+		current.Redirection = account
+	}
+	latency.Report(b, lat)
+}
+
 // benchRemove measures Remove (RemoveAll: in-pod rules, routing, node SNAT)
 // of an applied pod; the Apply between removals is not timed.
 func benchRemove(b *testing.B, be Backend) {
@@ -107,12 +131,14 @@ func benchRemove(b *testing.B, be Backend) {
 	latency.Report(b, lat)
 }
 
-func BenchmarkApplyNftables(b *testing.B)   { benchApply(b, BackendNftables) }
-func BenchmarkApplyIptables(b *testing.B)   { benchApply(b, BackendIptables) }
-func BenchmarkReapplyNftables(b *testing.B) { benchReapply(b, BackendNftables) }
-func BenchmarkReapplyIptables(b *testing.B) { benchReapply(b, BackendIptables) }
-func BenchmarkRemoveNftables(b *testing.B)  { benchRemove(b, BackendNftables) }
-func BenchmarkRemoveIptables(b *testing.B)  { benchRemove(b, BackendIptables) }
+func BenchmarkApplyNftables(b *testing.B)     { benchApply(b, BackendNftables) }
+func BenchmarkApplyIptables(b *testing.B)     { benchApply(b, BackendIptables) }
+func BenchmarkReapplyNftables(b *testing.B)   { benchReapply(b, BackendNftables) }
+func BenchmarkReapplyIptables(b *testing.B)   { benchReapply(b, BackendIptables) }
+func BenchmarkReprogramNftables(b *testing.B) { benchReprogram(b, BackendNftables) }
+func BenchmarkReprogramIptables(b *testing.B) { benchReprogram(b, BackendIptables) }
+func BenchmarkRemoveNftables(b *testing.B)    { benchRemove(b, BackendNftables) }
+func BenchmarkRemoveIptables(b *testing.B)    { benchRemove(b, BackendIptables) }
 
 // BenchmarkHostSNATUpdate: one pod's addresses (IPv4 + IPv6) added to the
 // node's probe SNAT sets, then deleted; each op is one update.

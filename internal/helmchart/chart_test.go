@@ -944,6 +944,22 @@ nodeSettings:
 	if _, err := helm(t).Template(context.Background(), "--set", "nodeSettings.settings.dnsCaptur=false"); err == nil || !strings.Contains(err.Error(), "dnsCaptur") {
 		t.Errorf("a misspelt setting: %v, want the schema to refuse it by name", err)
 	}
+
+	// A standalone meshlet reads no ConfigMaps (it refuses --config-map):
+	// the chart's default values start it.
+	ds = only[*appsv1.DaemonSet](t, render(t, "--set", "config.standalone=true"))
+	if got := envValue(ds, "MESHLET_CONFIG_MAP"); got != "" {
+		t.Errorf("config.standalone=true: MESHLET_CONFIG_MAP=%q, want none", got)
+	}
+	cfg := daemonReads(t, ds)
+	cfg.StateDir = t.TempDir()
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("config.standalone=true: the daemon refuses the chart's configuration: %v", err)
+	}
+	if _, err := helm(t).Template(context.Background(), "--set", "config.standalone=true", "--set", "nodeSettings.extraConfigMaps={platform/overrides}"); err == nil ||
+		!strings.Contains(err.Error(), "nodeSettings.extraConfigMaps") || !strings.Contains(err.Error(), "config.standalone") {
+		t.Errorf("config.standalone with extra ConfigMaps: %v, want an error naming both", err)
+	}
 }
 
 // envValue is the value of the DaemonSet's meshlet container's variable

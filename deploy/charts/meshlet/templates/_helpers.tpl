@@ -188,11 +188,17 @@ one directory (and Kubernetes refuses two mounts at one path).
 {{/*
 meshlet.settingsConfigMaps: the ConfigMaps meshlet reads its node settings
 from (--config-map), as a YAML list of NAMESPACE/NAME: the chart's own
-first (nodeSettings.create), then nodeSettings.extraConfigMaps.
+first (nodeSettings.create), then nodeSettings.extraConfigMaps. None
+with config.standalone: meshlet reads ConfigMaps from the API server,
+which a standalone meshlet does not use (and refuses --config-map).
 */}}
 {{- define "meshlet.settingsConfigMaps" -}}
 {{- $refs := list -}}
-{{- if .Values.nodeSettings.create -}}
+{{- if .Values.config.standalone -}}
+{{- if .Values.nodeSettings.extraConfigMaps -}}
+{{- fail "nodeSettings.extraConfigMaps needs the API server, and config.standalone is set: drop one of them" -}}
+{{- end -}}
+{{- else if .Values.nodeSettings.create -}}
 {{- $refs = append $refs (printf "%s/%s-settings" .Release.Namespace (include "meshlet.fullname" .)) -}}
 {{- end -}}
 {{- range .Values.nodeSettings.extraConfigMaps -}}
