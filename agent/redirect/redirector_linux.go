@@ -134,7 +134,7 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 		return r.keepRefused(ctx, w, prior, err)
 	}
 	account := r.account(p)
-	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, r.previous(prior, account)) })
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.UID, w.IPs, p, r.previous(prior, account)) })
 	if err != nil {
 		return "", err
 	}
@@ -162,7 +162,7 @@ func (r *Redirector) keepRefused(ctx context.Context, w *enroll.Workload, prior 
 	if prior.Redirection != account && !r.samePlan(prior.Redirection, p) {
 		return "", refusal
 	}
-	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.IPs, p, r.previous(prior, account)) })
+	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.UID, w.IPs, p, r.previous(prior, account)) })
 	if err != nil {
 		return "", err
 	}
@@ -275,12 +275,12 @@ func (r *Redirector) backendName() Backend {
 	return r.cfg.Backend
 }
 
-func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan, prev *previous) error {
+func (r *Redirector) apply(ctx context.Context, fd int, uid string, ips []netip.Addr, p Plan, prev *previous) error {
 	logger := klog.FromContext(ctx)
 	var routeErr, hostErr error
 	var wg sync.WaitGroup
 	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
-	wg.Go(func() { hostErr = r.probe.add(ips) })
+	wg.Go(func() { hostErr = r.probe.add(uid, ips) })
 	var ruleErr error
 	wroteRules := true
 	if prev != nil && prev.keep && r.rulesPresent(fd) {
@@ -293,11 +293,11 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 	err := errors.Join(routeErr, ruleErr, hostErr)
 	switch {
 	case err == nil && prev != nil:
-		r.dropPrevious(ctx, fd, ips, p, prev)
+		r.dropPrevious(ctx, fd, uid, ips, p, prev)
 	case err != nil && prev == nil:
-		return r.undo(ctx, fd, ips, hostErr == nil, err)
+		return r.undo(ctx, fd, uid, ips, hostErr == nil, err)
 	case err != nil:
-		return r.restore(ctx, fd, ips, hostErr == nil, wroteRules, prev, err)
+		return r.restore(ctx, fd, uid, ips, hostErr == nil, wroteRules, prev, err)
 	}
 	logger.V(4).Info("Redirection applied", "plan", p)
 	return nil
@@ -305,10 +305,10 @@ func (r *Redirector) apply(ctx context.Context, fd int, ips []netip.Addr, p Plan
 
 // undo removes what a failed apply of a new pod's redirection put in
 // place; err is the failure, returned with the undo's own.
-func (r *Redirector) undo(ctx context.Context, fd int, ips []netip.Addr, snatAdded bool, err error) error {
+func (r *Redirector) undo(ctx context.Context, fd int, uid string, ips []netip.Addr, snatAdded bool, err error) error {
 	errs := []error{err}
 	if snatAdded {
-		if err := r.probe.delete(ips); err != nil {
+		if err := r.probe.delete(uid, ips); err != nil {
 			errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
 		}
 	}
@@ -329,10 +329,10 @@ func (r *Redirector) undo(ctx context.Context, fd int, ips []netip.Addr, snatAdd
 // written again as prev's plan where the apply wrote some (an nftables
 // batch that failed changed nothing; an iptables family restored before
 // the failure did), and only the SNAT entries prev did not have go.
-func (r *Redirector) restore(ctx context.Context, fd int, ips []netip.Addr, snatAdded, wroteRules bool, prev *previous, err error) error {
+func (r *Redirector) restore(ctx context.Context, fd int, uid string, ips []netip.Addr, snatAdded, wroteRules bool, prev *previous, err error) error {
 	errs := []error{err}
 	if snatAdded {
-		if err := r.probe.delete(without(ips, prev.ips)); err != nil {
+		if err := r.probe.delete(uid, without(ips, prev.ips)); err != nil {
 			errs = append(errs, fmt.Errorf("undo node SNAT: %w", err))
 		}
 	}
@@ -350,10 +350,10 @@ func (r *Redirector) restore(ctx context.Context, fd int, ips []netip.Addr, snat
 // entries of prev that the new plan p and addresses ips do not need (an
 // IPv6 family turned off, an address the pod no longer has). Best effort:
 // what stays is inert without rules that mark packets for it.
-func (r *Redirector) dropPrevious(ctx context.Context, fd int, ips []netip.Addr, p Plan, prev *previous) {
+func (r *Redirector) dropPrevious(ctx context.Context, fd int, uid string, ips []netip.Addr, p Plan, prev *previous) {
 	logger := klog.FromContext(ctx)
 	if stale := without(prev.ips, ips); len(stale) > 0 {
-		if err := r.probe.delete(stale); err != nil {
+		if err := r.probe.delete(uid, stale); err != nil {
 			logger.Error(err, "Removing the node SNAT entries of addresses the pod no longer has", "addresses", stale)
 		}
 	}
@@ -395,7 +395,7 @@ func (r *Redirector) rulesPresent(fd int) bool {
 // Remove undoes Apply. RemoveHostOnly never touches the pod's netns.
 func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enroll.RemoveScope) error {
 	var errs []error
-	if err := r.probe.delete(w.IPs); err != nil {
+	if err := r.probe.delete(w.UID, w.IPs); err != nil {
 		errs = append(errs, err)
 	}
 	if scope == enroll.RemoveAll {
