@@ -551,3 +551,51 @@ func TestDegradedPodReenrolledWhenAPIReturns(t *testing.T) {
 		return sa == "real-sa"
 	})
 }
+
+// TestStaticPodResolvedThroughItsMirror: a static pod's sandbox carries the
+// static pod's UID, which the API server knows only as its mirror pod's
+// kubernetes.io/config.mirror annotation (the mirror has a UID of its
+// own). The pod is resolved through its mirror, from the informer and by
+// the fallback GET alike, and never counted as degraded.
+func TestStaticPodResolvedThroughItsMirror(t *testing.T) {
+	c := admin(t)
+	ns := namespace(t, c, nil)
+	w, ctx := startWatcher(t, c)
+	const staticUID = "6e5f0b3c1d2a49f8a7b6c5d4e3f2a1b0"
+	mirror, err := c.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "static-web-" + node, Labels: ambient,
+			Annotations: map[string]string{kube.MirrorAnnotation: staticUID, "kubernetes.io/config.source": "file"}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "web", Image: "meshlet.test/pause:1"}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	if string(mirror.UID) == staticUID {
+		t.Fatal("the mirror pod took the static pod's UID: the test shows nothing")
+	}
+	sb := enroll.Pod{UID: staticUID, Name: mirror.Name, Namespace: ns, NetnsPath: "/netns/static"}
+	degraded := w.Degraded.Load()
+	check := func(from string) {
+		t.Helper()
+		info, err := w.Resolve(ctx, &sb)
+		must(t, err)
+		if info.Unknown || info.PodLabels[policy.DataplaneModeLabel] != policy.DataplaneModeAmbient {
+			t.Fatalf("static pod resolved (%s) as %+v; want its mirror's labels", from, info)
+		}
+		if got := w.Degraded.Load(); got != degraded {
+			t.Fatalf("static pod resolved (%s) counted as degraded (%d → %d)", from, degraded, got)
+		}
+	}
+	check("the fallback GET, or the informer")
+	// Until a Resolve needs no GET: the informer's copy resolves it too.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		before := w.Fallbacks.Load()
+		check("the informer, or the fallback GET")
+		if w.Fallbacks.Load() == before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the informer never listed the mirror pod")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -49,10 +49,12 @@ type Watcher struct {
 	pfactory informers.SharedInformerFactory
 	changed  chan struct{}
 
-	// degraded holds pods resolved without the API: when the informer
-	// first sees one, it is re-evaluated with its real metadata.
+	// degraded holds pods resolved without the API, with when: when the
+	// informer first sees one, it is re-evaluated with its real metadata.
+	// A pod the informer never sees (removed before it could) leaves after
+	// degradedTTL.
 	mu       sync.Mutex
-	degraded map[types.UID]bool
+	degraded map[types.UID]time.Time
 
 	// Counters (read by metrics).
 	Fallbacks atomic.Int64 // pods resolved by a direct GET
@@ -69,7 +71,7 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 	if cfg.Debounce == 0 {
 		cfg.Debounce = 100 * time.Millisecond
 	}
-	w := &Watcher{cfg: cfg, client: client, changed: make(chan struct{}, 1), degraded: map[types.UID]bool{}}
+	w := &Watcher{cfg: cfg, client: client, changed: make(chan struct{}, 1), degraded: map[types.UID]time.Time{}}
 	w.factory = informers.NewSharedInformerFactory(client, 0)
 	w.pfactory = informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -93,8 +95,13 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 		AddFunc: func(o any) {
 			p := o.(*corev1.Pod)
 			w.mu.Lock()
-			was := w.degraded[p.UID]
+			_, was := w.degraded[p.UID]
 			delete(w.degraded, p.UID)
+			if static := types.UID(p.Annotations[MirrorAnnotation]); static != "" {
+				_, wasStatic := w.degraded[static]
+				was = was || wasStatic
+				delete(w.degraded, static)
+			}
 			w.mu.Unlock()
 			if was {
 				w.notify()
@@ -167,14 +174,12 @@ func (w *Watcher) RunReevaluation(ctx context.Context, reevaluate func(context.C
 // counts it.
 func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo, error) {
 	apiPod, err := w.podList.Pods(pod.Namespace).Get(pod.Name)
-	if err != nil || string(apiPod.UID) != pod.UID {
+	if err != nil || !isPod(apiPod, pod.UID) {
 		apiPod, err = w.get(ctx, pod)
 	}
 	if err != nil {
 		w.Degraded.Add(1)
-		w.mu.Lock()
-		w.degraded[types.UID(pod.UID)] = true
-		w.mu.Unlock()
+		w.noteDegraded(types.UID(pod.UID), time.Now())
 		klog.FromContext(ctx).Info("Pod not known to the API server; deciding from the sandbox's labels",
 			"pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID, "err", err)
 		info := enroll.PodInfo{ServiceAccount: enroll.DefaultServiceAccount, Unknown: true}
@@ -211,11 +216,40 @@ func (w *Watcher) get(ctx context.Context, pod *enroll.Pod) (*corev1.Pod, error)
 	if err != nil {
 		return nil, fmt.Errorf("get pod: %w", err)
 	}
-	if string(p.UID) != pod.UID {
+	if !isPod(p, pod.UID) {
 		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod.Name)
 	}
 	w.Fallbacks.Add(1)
 	return p, nil
+}
+
+// MirrorAnnotation is the kubelet's annotation on a static pod's mirror
+// pod: the static pod's UID (its configuration's hash), which its sandbox
+// carries, where the mirror pod has a UID of its own.
+const MirrorAnnotation = "kubernetes.io/config.mirror"
+
+// isPod reports whether apiPod is the pod whose sandbox carries uid: the
+// pod itself, or a static pod's mirror.
+func isPod(apiPod *corev1.Pod, uid string) bool {
+	return string(apiPod.UID) == uid || apiPod.Annotations[MirrorAnnotation] == uid
+}
+
+// degradedTTL is how long a pod resolved without the API waits for the
+// informer to see it.
+const degradedTTL = time.Hour
+
+// noteDegraded records a pod resolved without the API at now, and lets go
+// of those the informer has not seen within degradedTTL: the set stays
+// bounded by the pods a node starts in that time.
+func (w *Watcher) noteDegraded(uid types.UID, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for u, at := range w.degraded {
+		if now.Sub(at) > degradedTTL {
+			delete(w.degraded, u)
+		}
+	}
+	w.degraded[uid] = now
 }
 
 // claimNames lists the pod's ResourceClaims: those made from its templates
