@@ -103,12 +103,16 @@ func TestDeployManifests(t *testing.T) {
 				create(t, "rbac.yaml", doc, &rbacv1.ClusterRole{}, c.RbacV1().ClusterRoles().Create)
 			case "ClusterRoleBinding":
 				create(t, "rbac.yaml", doc, &rbacv1.ClusterRoleBinding{}, c.RbacV1().ClusterRoleBindings().Create)
+			case "ValidatingAdmissionPolicy":
+				create(t, "rbac.yaml", doc, &admissionv1.ValidatingAdmissionPolicy{}, c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create)
+			case "ValidatingAdmissionPolicyBinding":
+				create(t, "rbac.yaml", doc, &admissionv1.ValidatingAdmissionPolicyBinding{}, c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create)
 			default:
 				t.Fatalf("unexpected kind %q in deploy/rbac.yaml", kind)
 			}
 		}
 	}
-	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding"} {
+	for _, kind := range []string{"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if len(rbac[kind]) == 0 {
 			t.Errorf("no %s in deploy/rbac.yaml", kind)
 		}

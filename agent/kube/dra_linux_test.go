@@ -191,7 +191,7 @@ func TestRBACDRA(t *testing.T) {
 	if !refusedBySliceVAP(err, "not for one node") {
 		t.Errorf("meshlet creating a slice for all nodes: %v, want refused by %s", err, sliceVAP)
 	}
-	_, err = restrictedClient(t).ResourceV1().ResourceSlices().Create(ctx, meshSlice("node-a", driver), metav1.CreateOptions{})
+	_, err = unboundMeshlet(t).ResourceV1().ResourceSlices().Create(ctx, meshSlice("node-a", driver), metav1.CreateOptions{})
 	if !refusedBySliceVAP(err, "not bound to a pod on a node") {
 		t.Errorf("meshlet with a token bound to no pod creating a slice: %v, want refused by %s", err, sliceVAP)
 	}

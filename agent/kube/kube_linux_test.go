@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -258,8 +259,17 @@ func TestResolveNotYetWatchedPod(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // restrictedClient returns a client authenticated as the meshlet service
-// account of deploy/rbac.yaml, with only that role.
+// account of deploy/rbac.yaml, with only that role, as the DaemonSet's
+// pod on node is: its token bound to that pod.
 func restrictedClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	return meshletOn(t, admin(t), node)
+}
+
+// unboundMeshlet returns a client authenticated as deploy/rbac.yaml's
+// meshlet service account with a token bound to no pod (a long-lived
+// Secret's, say): no node.
+func unboundMeshlet(t *testing.T) kubernetes.Interface {
 	t.Helper()
 	c := admin(t)
 	applyRBAC(t, c)
@@ -298,6 +308,14 @@ func applyRBAC(t *testing.T, c kubernetes.Interface) {
 			var o rbacv1.ClusterRoleBinding
 			must(t, yaml.Unmarshal([]byte(doc), &o))
 			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+		case "ValidatingAdmissionPolicy":
+			var o admissionv1.ValidatingAdmissionPolicy
+			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &o, metav1.CreateOptions{})
+		case "ValidatingAdmissionPolicyBinding":
+			var o admissionv1.ValidatingAdmissionPolicyBinding
+			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &o, metav1.CreateOptions{})
 		default:
 			t.Fatalf("unexpected kind %q in deploy/rbac.yaml", tm.Kind)
 		}
@@ -376,6 +394,61 @@ func TestRBAC(t *testing.T) {
 			t.Errorf("%s as meshlet: %v, want Forbidden", what, err)
 		}
 	}
+
+	// pods/status patch: RBAC allows it for every pod and every field of
+	// its metadata; the policy narrows it to the node's own pods and
+	// meshlet's annotations.
+	elsewhere := podOn(t, c, "node-b", ns, "rbac-elsewhere", "", nil)
+	statusPatch := func(rc kubernetes.Interface, p *corev1.Pod, patch string, opts metav1.PatchOptions) error {
+		_, err := rc.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, []byte(patch), opts, "status")
+		return err
+	}
+	ours := `{"metadata":{"annotations":{"` + kube.RedirectionAnnotation + `":"enabled"}}}`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := statusPatch(rc, elsewhere, ours, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if refusedByPodsVAP(err, "node-b") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ValidatingAdmissionPolicy %s not enforced after 30s: last answer %v", podsVAP, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, c := range []struct {
+		what  string
+		rc    kubernetes.Interface
+		pod   *corev1.Pod
+		patch string
+		want  string
+	}{
+		{"another node's pod's status", rc, elsewhere, ours, "may not change pod rbac-elsewhere on node 'node-b'"},
+		{"a label", rc, p, `{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}`, "labels"},
+		{"another annotation", rc, p, `{"metadata":{"annotations":{"sidecar.istio.io/inject":"true"}}}`, "only its own annotations"},
+		{"another annotation's removal", rc, p, `{"metadata":{"annotations":{"kept":null}}}`, "only its own annotations"},
+		{"with a token bound to no pod", unboundMeshlet(t), p, ours, "not bound to a pod on a node"},
+	} {
+		if c.what == "another annotation's removal" {
+			_, err := admin(t).CoreV1().Pods(ns).Patch(ctx, p.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"kept":"x"}}}`), metav1.PatchOptions{})
+			must(t, err)
+		}
+		if err := statusPatch(c.rc, c.pod, c.patch, metav1.PatchOptions{}); !refusedByPodsVAP(err, c.want) {
+			t.Errorf("meshlet changing %s: %v, want refused by %s with %q", c.what, err, podsVAP, c.want)
+		}
+	}
+	// Its own annotations on its node's pods, both ways: allowed.
+	must(t, statusPatch(rc, p, `{"metadata":{"annotations":{"`+kube.RedirectionAnnotation+`":null,"`+policy.RevisionAnnotation+`":"canary"}}}`, metav1.PatchOptions{}))
+}
+
+// podsVAP is the name of the ValidatingAdmissionPolicy on meshlet's
+// pods/status patches (deploy/rbac.yaml).
+const podsVAP = "meshlet-pods"
+
+// refusedByPodsVAP: err is that policy's refusal (reason Forbidden),
+// containing want.
+func refusedByPodsVAP(err error, want string) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+podsVAP+"'") &&
+		strings.Contains(err.Error(), want)
 }
 
 // TestStatusAnnotation: pending → enabled → removed on the status

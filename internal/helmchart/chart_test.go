@@ -88,6 +88,22 @@ func only[T runtime.Object](t *testing.T, objs []object) T {
 	return found[0]
 }
 
+// named is the object of type T named name.
+func named[T interface {
+	runtime.Object
+	GetName() string
+}](t *testing.T, objs []object, name string) T {
+	t.Helper()
+	for _, o := range objs {
+		if v, ok := o.Obj.(T); ok && v.GetName() == name {
+			return v
+		}
+	}
+	var zero T
+	t.Fatalf("no %T named %s", zero, name)
+	return zero
+}
+
 func kinds(objs []object) []string {
 	var out []string
 	for _, o := range objs {
@@ -201,12 +217,14 @@ config: {kubeconfig: /etc/meshlet/kubeconfig}
 `
 	for _, p := range helmchart.Profiles {
 		objs := render(t, "--set", "profile="+p)
-		want := []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		want := []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "ServiceAccount",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Errorf("profile %s: kinds %v, want %v", p, got, want)
 		}
 		objs = renderValues(t, everything, "--set", "profile="+p)
-		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "Namespace", "Service", "ServiceAccount", "ServiceMonitor", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "Namespace", "Service", "ServiceAccount", "ServiceMonitor",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Errorf("profile %s, every option: kinds %v, want %v", p, got, want)
 		}
@@ -718,7 +736,10 @@ func ruleFor(role *rbacv1.ClusterRole, resource string) *rbacv1.PolicyRule {
 // and --dra; dra.driverName is the driver everywhere it appears.
 func TestChartDRA(t *testing.T) {
 	objs := render(t, "--set", "dra.enabled=false")
-	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount"}; !slices.Equal(got, want) {
+	// The pods policy stays: it narrows pods/status, which meshlet always
+	// patches.
+	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount",
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}; !slices.Equal(got, want) {
 		t.Errorf("dra.enabled=false: kinds %v, want %v", got, want)
 	}
 	role := only[*rbacv1.ClusterRole](t, objs)
@@ -754,7 +775,7 @@ func TestChartDRA(t *testing.T) {
 		len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`"` {
 		t.Errorf("DeviceClass %+v, want name, selector and extended resource of %s", class, driver)
 	}
-	vap := only[*admissionv1.ValidatingAdmissionPolicy](t, objs)
+	vap := named[*admissionv1.ValidatingAdmissionPolicy](t, objs, "meshlet-resourceslices")
 	last := vap.Spec.Validations[len(vap.Spec.Validations)-1]
 	if last.Expression != `variables.slice.spec.driver == "`+driver+`"` || !strings.Contains(last.MessageExpression, driver) {
 		t.Errorf("the policy's driver check %+v, want %s", last, driver)
@@ -766,20 +787,24 @@ func TestChartDRA(t *testing.T) {
 		t.Errorf("the daemon's --dra %v --dra-driver-name %q, want true, %s", cfg.DRA.Enabled, cfg.DRA.DriverName, driver)
 	}
 
-	// The policy names the release's service account, which is the
+	// The policies name the release's service account, which is the
 	// DaemonSet's and the binding's subject.
 	objs = render(t, "--namespace", "mesh", "--set", "fullnameOverride=node-agent")
-	vap = only[*admissionv1.ValidatingAdmissionPolicy](t, objs)
 	binding := only[*rbacv1.ClusterRoleBinding](t, objs)
 	ds = only[*appsv1.DaemonSet](t, objs)
-	if want := `request.userInfo.username == "system:serviceaccount:mesh:node-agent"`; vap.Spec.MatchConditions[0].Expression != want {
-		t.Errorf("policy match condition %q, want %q", vap.Spec.MatchConditions[0].Expression, want)
+	for _, name := range []string{"node-agent-resourceslices", "node-agent-pods"} {
+		vap = named[*admissionv1.ValidatingAdmissionPolicy](t, objs, name)
+		if want := `request.userInfo.username == "system:serviceaccount:mesh:node-agent"`; vap.Spec.MatchConditions[0].Expression != want {
+			t.Errorf("policy %s match condition %q, want %q", name, vap.Spec.MatchConditions[0].Expression, want)
+		}
 	}
 	if s := binding.Subjects[0]; s.Name != "node-agent" || s.Namespace != "mesh" || ds.Spec.Template.Spec.ServiceAccountName != "node-agent" || ds.Namespace != "mesh" {
 		t.Errorf("binding subject %+v, DaemonSet %s/%s with %s", s, ds.Namespace, ds.Name, ds.Spec.Template.Spec.ServiceAccountName)
 	}
-	if b := only[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs); b.Spec.PolicyName != vap.Name {
-		t.Errorf("policy binding names %q, the policy is %q", b.Spec.PolicyName, vap.Name)
+	for _, name := range []string{"node-agent-resourceslices", "node-agent-pods"} {
+		if b := named[*admissionv1.ValidatingAdmissionPolicyBinding](t, objs, name); b.Spec.PolicyName != name {
+			t.Errorf("policy binding %s names %q, the policy is %q", name, b.Spec.PolicyName, name)
+		}
 	}
 }
 
