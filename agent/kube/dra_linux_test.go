@@ -3,12 +3,10 @@ package kube_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -16,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 )
 
 // The DRA facts deploy/dra.yaml and rbac.yaml are written for.
@@ -34,32 +31,7 @@ const (
 // them).
 func applyDRA(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	ctx := context.Background()
-	data, err := os.ReadFile("../../deploy/dra.yaml")
-	must(t, err)
-	for _, doc := range strings.Split(string(data), "\n---\n") {
-		var tm metav1.TypeMeta
-		must(t, yaml.Unmarshal([]byte(doc), &tm))
-		switch tm.Kind {
-		case "DeviceClass":
-			var o resourcev1.DeviceClass
-			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
-			_, err = c.ResourceV1().DeviceClasses().Create(ctx, &o, metav1.CreateOptions{})
-		case "ValidatingAdmissionPolicy":
-			var o admissionv1.ValidatingAdmissionPolicy
-			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
-			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &o, metav1.CreateOptions{})
-		case "ValidatingAdmissionPolicyBinding":
-			var o admissionv1.ValidatingAdmissionPolicyBinding
-			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
-			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("unexpected kind %q in deploy/dra.yaml", tm.Kind)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
-	}
+	applyManifest(t, c, "dra.yaml")
 }
 
 // meshletOn returns a client authenticated as deploy/rbac.yaml's meshlet

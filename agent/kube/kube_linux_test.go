@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,9 +13,7 @@ import (
 	"time"
 
 	authv1 "k8s.io/api/authentication/v1"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -285,44 +284,52 @@ func unboundMeshlet(t *testing.T) kubernetes.Interface {
 // them).
 func applyRBAC(t *testing.T, c kubernetes.Interface) {
 	t.Helper()
-	ctx := context.Background()
-	data, err := os.ReadFile("../../deploy/rbac.yaml")
-	must(t, err)
-	_, err = c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-system"}}, metav1.CreateOptions{})
+	_, err := c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-system"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
+	applyManifest(t, c, "rbac.yaml")
+}
+
+// applyManifest creates the objects of deploy/<name>, decoded strictly
+// (objects that exist already are left as they are).
+func applyManifest(t *testing.T, c kubernetes.Interface, name string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("../../deploy", name))
+	must(t, err)
 	for _, doc := range strings.Split(string(data), "\n---\n") {
 		var tm metav1.TypeMeta
 		must(t, yaml.Unmarshal([]byte(doc), &tm))
 		switch tm.Kind {
 		case "ServiceAccount":
 			var o corev1.ServiceAccount
-			must(t, yaml.Unmarshal([]byte(doc), &o))
-			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, &o, metav1.CreateOptions{})
+			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
+			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(context.Background(), &o, metav1.CreateOptions{})
 		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			must(t, yaml.Unmarshal([]byte(doc), &o))
-			_, err = c.RbacV1().ClusterRoles().Create(ctx, &o, metav1.CreateOptions{})
+			_, err = create(t, doc, c.RbacV1().ClusterRoles().Create)
 		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			must(t, yaml.Unmarshal([]byte(doc), &o))
-			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, &o, metav1.CreateOptions{})
+			_, err = create(t, doc, c.RbacV1().ClusterRoleBindings().Create)
 		case "ValidatingAdmissionPolicy":
-			var o admissionv1.ValidatingAdmissionPolicy
-			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
-			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &o, metav1.CreateOptions{})
+			_, err = create(t, doc, c.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create)
 		case "ValidatingAdmissionPolicyBinding":
-			var o admissionv1.ValidatingAdmissionPolicyBinding
-			must(t, yaml.UnmarshalStrict([]byte(doc), &o))
-			_, err = c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &o, metav1.CreateOptions{})
+			_, err = create(t, doc, c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create)
+		case "DeviceClass":
+			_, err = create(t, doc, c.ResourceV1().DeviceClasses().Create)
 		default:
-			t.Fatalf("unexpected kind %q in deploy/rbac.yaml", tm.Kind)
+			t.Fatalf("unexpected kind %q in deploy/%s", tm.Kind, name)
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
+			t.Fatalf("deploy/%s: create %s: %v", name, tm.Kind, err)
 		}
 	}
+}
+
+// create decodes doc strictly into a new T and creates it.
+func create[T any](t *testing.T, doc string, fn func(context.Context, *T, metav1.CreateOptions) (*T, error)) (*T, error) {
+	t.Helper()
+	o := new(T)
+	must(t, yaml.UnmarshalStrict([]byte(doc), o))
+	return fn(context.Background(), o, metav1.CreateOptions{})
 }
 
 // TestRBAC: the role in deploy/rbac.yaml allows exactly what meshlet does.
@@ -426,6 +433,8 @@ func TestRBAC(t *testing.T) {
 		{"a label", rc, p, `{"metadata":{"labels":{"istio.io/dataplane-mode":"none"}}}`, "labels"},
 		{"another annotation", rc, p, `{"metadata":{"annotations":{"sidecar.istio.io/inject":"true"}}}`, "only its own annotations"},
 		{"another annotation's removal", rc, p, `{"metadata":{"annotations":{"kept":null}}}`, "only its own annotations"},
+		{"a finalizer", rc, p, `{"metadata":{"finalizers":["example.com/hold"]}}`, "finalizers or owners"},
+		{"the status", rc, p, `{"status":{"message":"meshed"}}`, "may not change a pod's status"},
 		{"with a token bound to no pod", unboundMeshlet(t), p, ours, "not bound to a pod on a node"},
 	} {
 		if c.what == "another annotation's removal" {
@@ -644,7 +653,28 @@ func TestStaticPodResolvedThroughItsMirror(t *testing.T) {
 	if string(mirror.UID) == staticUID {
 		t.Fatal("the mirror pod took the static pod's UID: the test shows nothing")
 	}
-	sb := enroll.Pod{UID: staticUID, Name: mirror.Name, Namespace: ns, NetnsPath: "/netns/static"}
+	// A sandbox that does not say it is a static pod's (the kubelet puts
+	// the pod's source on the sandbox) is never matched to a mirror: any
+	// pod author can write the annotation.
+	notStatic := enroll.Pod{UID: staticUID, Name: mirror.Name, Namespace: ns, NetnsPath: "/netns/static",
+		Annotations: map[string]string{kube.SourceAnnotation: "api"}}
+	if info, err := w.Resolve(ctx, &notStatic); err != nil || !info.Unknown {
+		t.Fatalf("a sandbox of source api resolved through a mirror-annotated pod: %+v, %v; want unknown", info, err)
+	}
+	// Nor to one bound to another node.
+	const otherUID = "0a1b2c3d4e5f60718293a4b5c6d7e8f9"
+	_, err = c.CoreV1().Pods(ns).Create(context.Background(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "static-db", Labels: ambient, Annotations: map[string]string{kube.MirrorAnnotation: otherUID}},
+		Spec:       corev1.PodSpec{NodeName: "node-b", Containers: []corev1.Container{{Name: "db", Image: "meshlet.test/pause:1"}}},
+	}, metav1.CreateOptions{})
+	must(t, err)
+	elsewhere := enroll.Pod{UID: otherUID, Name: "static-db", Namespace: ns, NetnsPath: "/netns/static-db",
+		Annotations: map[string]string{kube.SourceAnnotation: "file"}}
+	if info, err := w.Resolve(ctx, &elsewhere); err != nil || !info.Unknown {
+		t.Fatalf("a static pod's sandbox resolved through another node's mirror-annotated pod: %+v, %v; want unknown", info, err)
+	}
+	sb := enroll.Pod{UID: staticUID, Name: mirror.Name, Namespace: ns, NetnsPath: "/netns/static",
+		Annotations: map[string]string{kube.SourceAnnotation: "file"}}
 	degraded := w.Degraded.Load()
 	check := func(from string) {
 		t.Helper()

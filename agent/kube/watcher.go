@@ -97,7 +97,7 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 			w.mu.Lock()
 			_, was := w.degraded[p.UID]
 			delete(w.degraded, p.UID)
-			if static := types.UID(p.Annotations[MirrorAnnotation]); static != "" {
+			if static := types.UID(p.Annotations[MirrorAnnotation]); static != "" && p.Spec.NodeName == w.cfg.NodeName {
 				_, wasStatic := w.degraded[static]
 				was = was || wasStatic
 				delete(w.degraded, static)
@@ -174,7 +174,7 @@ func (w *Watcher) RunReevaluation(ctx context.Context, reevaluate func(context.C
 // counts it.
 func (w *Watcher) Resolve(ctx context.Context, pod *enroll.Pod) (enroll.PodInfo, error) {
 	apiPod, err := w.podList.Pods(pod.Namespace).Get(pod.Name)
-	if err != nil || !isPod(apiPod, pod.UID) {
+	if err != nil || !w.isPod(apiPod, pod) {
 		apiPod, err = w.get(ctx, pod)
 	}
 	if err != nil {
@@ -216,7 +216,7 @@ func (w *Watcher) get(ctx context.Context, pod *enroll.Pod) (*corev1.Pod, error)
 	if err != nil {
 		return nil, fmt.Errorf("get pod: %w", err)
 	}
-	if !isPod(p, pod.UID) {
+	if !w.isPod(p, pod) {
 		return nil, apierrors.NewNotFound(corev1.Resource("pods"), pod.Name)
 	}
 	w.Fallbacks.Add(1)
@@ -225,13 +225,26 @@ func (w *Watcher) get(ctx context.Context, pod *enroll.Pod) (*corev1.Pod, error)
 
 // MirrorAnnotation is the kubelet's annotation on a static pod's mirror
 // pod: the static pod's UID (its configuration's hash), which its sandbox
-// carries, where the mirror pod has a UID of its own.
-const MirrorAnnotation = "kubernetes.io/config.mirror"
+// carries, where the mirror pod has a UID of its own. SourceAnnotation is
+// where the kubelet got a pod from ("api", or "file"/"http" for a static
+// pod), on the pod's sandbox.
+const (
+	MirrorAnnotation = "kubernetes.io/config.mirror"
+	SourceAnnotation = "kubernetes.io/config.source"
+)
 
-// isPod reports whether apiPod is the pod whose sandbox carries uid: the
-// pod itself, or a static pod's mirror.
-func isPod(apiPod *corev1.Pod, uid string) bool {
-	return string(apiPod.UID) == uid || apiPod.Annotations[MirrorAnnotation] == uid
+// isPod reports whether apiPod is the pod of the sandbox pod: the pod
+// itself, or, for a sandbox the kubelet made from a static pod, that pod's
+// mirror on this node. Any pod author may put the mirror annotation on a
+// pod: only a static pod's sandbox is matched through it, and only to a
+// pod bound to this node.
+func (w *Watcher) isPod(apiPod *corev1.Pod, pod *enroll.Pod) bool {
+	if string(apiPod.UID) == pod.UID {
+		return true
+	}
+	source := pod.Annotations[SourceAnnotation]
+	return source != "" && source != "api" && apiPod.Annotations[MirrorAnnotation] == pod.UID &&
+		apiPod.Spec.NodeName == w.cfg.NodeName
 }
 
 // degradedTTL is how long a pod resolved without the API waits for the
