@@ -139,7 +139,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		strings.Contains(nodeSNATSet(t, node), "192.0.2.13") || podFds(t, []enroll.Pod{misplaced}) != 0 {
 		t.Fatal("the refused pod left something behind: a ztunnel Add, its table, a node SNAT entry or an open namespace")
 	}
-	if err := core.Forget(ctx, misplaced.UID); err != nil {
+	if err := core.Forget(ctx, misplaced.UID, misplaced.SandboxID); err != nil {
 		t.Fatal(err)
 	}
 

@@ -94,7 +94,7 @@ func TestIPv6NodeSettingLive(t *testing.T) {
 	if hasMeshletTable(t, late.NetnsPath) {
 		t.Fatal("the refused IPv6-only pod has rules")
 	}
-	if err := parts.core.Forget(ctx, late.UID); err != nil { // the runtime removes the refused sandbox
+	if err := parts.core.Forget(ctx, late.UID, late.SandboxID); err != nil { // the runtime removes the refused sandbox
 		t.Fatal(err)
 	}
 

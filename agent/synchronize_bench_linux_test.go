@@ -102,7 +102,7 @@ func benchSynchronize(b *testing.B, n int) {
 			time.Sleep(time.Millisecond)
 		}
 		for _, p := range pods {
-			if err := next.core.Release(ctx, p.UID); err != nil {
+			if err := next.core.Release(ctx, p.UID, p.SandboxID); err != nil {
 				b.Fatal(err)
 			}
 		}

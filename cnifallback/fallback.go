@@ -22,7 +22,7 @@ type Core interface {
 	EnrollRunning(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
 	Reconcile(ctx context.Context, pods []enroll.Pod) error
 	Status(uid string) (enroll.PodStatus, bool)
-	Checkpointed(uid string) bool
+	CheckpointedRecord(uid string) (enroll.Record, bool)
 	Pods() []enroll.PodStatus
 	cri.Forgetter
 }
@@ -84,9 +84,10 @@ type Fallback struct {
 	trigger chan struct{}
 
 	mu sync.Mutex
-	// deleted holds pods whose DEL the agent served, with when: a listing
-	// taken while their sandbox was still stopping must not enroll them
-	// again.
+	// deleted holds the sandboxes whose DEL the agent served (by sandbox
+	// ID: a pod's other sandbox is not deleted with it), with when: a
+	// listing taken while the sandbox was still stopping must not enroll
+	// it again.
 	deleted map[string]time.Time
 	// absences tracks known pods missing from the listings. A pod is
 	// forgotten only once it has been missing for missingGrace, because a
@@ -215,19 +216,19 @@ func (f *Fallback) dial(ctx context.Context) (Lister, error) {
 	}
 }
 
-// tombstoning records the pods whose DEL the agent served.
+// tombstoning records the sandboxes whose DEL the agent served.
 type tombstoning struct{ f *Fallback }
 
 func (t tombstoning) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error) {
 	t.f.mu.Lock()
-	delete(t.f.deleted, pod.UID) // a new sandbox of the same pod
+	delete(t.f.deleted, pod.SandboxID) // the runtime set it up again
 	t.f.mu.Unlock()
 	return t.f.deps.Core.Enroll(ctx, pod)
 }
 
-func (t tombstoning) Forget(ctx context.Context, uid string) error {
+func (t tombstoning) Forget(ctx context.Context, uid, sandboxID string) error {
 	t.f.mu.Lock()
-	t.f.deleted[uid] = time.Now()
+	t.f.deleted[sandboxID] = time.Now()
 	t.f.mu.Unlock()
-	return t.f.deps.Core.Forget(ctx, uid)
+	return t.f.deps.Core.Forget(ctx, uid, sandboxID)
 }

@@ -58,7 +58,7 @@ func (c *fakeCore) EnrollRunning(ctx context.Context, p enroll.Pod) (enroll.Resu
 	return c.Enroll(ctx, p)
 }
 
-func (c *fakeCore) Forget(_ context.Context, uid string) error {
+func (c *fakeCore) Forget(_ context.Context, uid, _ string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.forgotten = append(c.forgotten, uid)
@@ -73,7 +73,7 @@ func (c *fakeCore) ForgetUnchanged(ctx context.Context, st enroll.PodStatus) (bo
 	if !ok || now.State != st.State || !now.Since.Equal(st.Since) {
 		return false, nil
 	}
-	return true, c.Forget(ctx, st.UID)
+	return true, c.Forget(ctx, st.UID, "")
 }
 
 func (c *fakeCore) Reconcile(_ context.Context, pods []enroll.Pod) error {
@@ -93,10 +93,10 @@ func (c *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
 	return s, ok
 }
 
-func (c *fakeCore) Checkpointed(uid string) bool {
+func (c *fakeCore) CheckpointedRecord(uid string) (enroll.Record, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.checkpointed[uid]
+	return enroll.Record{UID: uid}, c.checkpointed[uid]
 }
 
 func (c *fakeCore) Pods() []enroll.PodStatus {
@@ -127,7 +127,7 @@ func (l *fakeList) Close() error { return nil }
 func pods(uids ...string) *fakeList {
 	l := &fakeList{pods: []enroll.Pod{}}
 	for _, u := range uids {
-		l.pods = append(l.pods, enroll.Pod{UID: u, Name: u, Namespace: "ns", NetnsPath: "/run/netns/" + u})
+		l.pods = append(l.pods, enroll.Pod{UID: u, SandboxID: "sb-" + u, Name: u, Namespace: "ns", NetnsPath: "/run/netns/" + u})
 	}
 	return l
 }
@@ -203,15 +203,18 @@ func TestResyncEnrollsPodsThatStartedOutsideTheChain(t *testing.T) {
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: m})
 	ctx := context.Background()
 	// d's DEL was served; its sandbox is still listed while it stops.
-	must(t, tombstoning{f}.Forget(ctx, "d"))
+	// The DEL of a replaced sandbox of late does not hold back the
+	// sandbox it runs in.
+	must(t, tombstoning{f}.Forget(ctx, "d", "sb-d"))
+	must(t, tombstoning{f}.Forget(ctx, "late", "sb-late-replaced"))
 	f.resync(ctx, pods("a", "late", "d"), time.Now())
 	if !slices.Equal(core.enrolled, []string{"late"}) || m.late != 1 {
 		t.Fatalf("enrolled %v (late %d), want [late] counted once: a is known, d was deleted", core.enrolled, m.late)
 	}
-	// A new sandbox of d (its ADD) lifts the tombstone.
-	_, err := tombstoning{f}.Enroll(ctx, enroll.Pod{UID: "d"})
+	// The runtime sets d's sandbox up again (its ADD): the tombstone goes.
+	_, err := tombstoning{f}.Enroll(ctx, enroll.Pod{UID: "d", SandboxID: "sb-d"})
 	must(t, err)
-	if _, deleted := f.deleted["d"]; deleted {
+	if _, deleted := f.deleted["sb-d"]; deleted {
 		t.Fatal("an ADD for d kept its DEL's tombstone")
 	}
 }
@@ -237,7 +240,7 @@ func TestResyncForgetsAPodDeletedDuringItsLateEnrollment(t *testing.T) {
 	core := newFakeCore()
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
 	ctx := context.Background()
-	core.during = func() { must(t, tombstoning{f}.Forget(ctx, "going")) }
+	core.during = func() { must(t, tombstoning{f}.Forget(ctx, "going", "sb-going")) }
 	f.resync(ctx, pods("going"), time.Now())
 	if _, known := core.Status("going"); known {
 		t.Fatal("a pod whose DEL was served during its late enrollment stayed enrolled")

@@ -72,7 +72,9 @@ func (f *Fallback) syncAtStart(ctx context.Context, lister Lister) error {
 		// Enrolled by this meshlet, or by the previous one (adopted now):
 		// either way it did not start unmeshed.
 		st, ok := f.deps.Core.Status(p.UID)
-		known[p.UID] = ok && st.State == enroll.StateEnrolled || f.deps.Core.Checkpointed(p.UID)
+		cp, inherited := f.deps.Core.CheckpointedRecord(p.UID)
+		known[p.UID] = ok && st.State == enroll.StateEnrolled && enroll.SameSandbox(st.SandboxID, p.SandboxID) ||
+			inherited && enroll.SameSandbox(cp.SandboxID, p.SandboxID)
 	}
 	err := f.deps.Core.Reconcile(ctx, pods)
 	late := 0
@@ -144,14 +146,14 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 
 	f.mu.Lock()
 	gone := f.absences.Observe(now, known, pods, unreadable)
-	for uid, at := range f.deleted {
+	for id, at := range f.deleted {
 		if now.Sub(at) > deletedTTL {
-			delete(f.deleted, uid)
+			delete(f.deleted, id)
 		}
 	}
 	var retry []enroll.Pod
 	for _, p := range pods {
-		if _, deleted := f.deleted[p.UID]; deleted {
+		if _, deleted := f.deleted[p.SandboxID]; deleted {
 			continue
 		}
 		if st, known := before[p.UID]; !known || st.State == enroll.StateFailed {
@@ -169,10 +171,10 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 			continue // an ADD got there first
 		}
 		res, err := f.deps.Core.EnrollRunning(ctx, p)
-		if f.deletedSince(p.UID, now) {
-			// Its DEL was served while it was being enrolled: the pod is
-			// going, so nothing of it may stay.
-			if err := f.deps.Core.Forget(ctx, p.UID); err != nil {
+		if f.deletedSince(p.SandboxID, now) {
+			// Its DEL was served while it was being enrolled: the sandbox
+			// is going, so nothing of it may stay.
+			if err := f.deps.Core.Forget(ctx, p.UID, p.SandboxID); err != nil {
 				logger.Error(err, "Forgetting a pod deleted during its late enrollment", "podUID", p.UID)
 			}
 			continue
@@ -193,10 +195,11 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	}
 }
 
-// deletedSince is whether the agent served the pod's DEL at or after t.
-func (f *Fallback) deletedSince(uid string, t time.Time) bool {
+// deletedSince is whether the agent served the sandbox's DEL at or after
+// t.
+func (f *Fallback) deletedSince(sandboxID string, t time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	at, ok := f.deleted[uid]
+	at, ok := f.deleted[sandboxID]
 	return ok && !at.Before(t)
 }

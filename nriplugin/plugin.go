@@ -17,11 +17,11 @@ import (
 // Core is the part of the enrollment core the plugin drives.
 type Core interface {
 	Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
-	Release(ctx context.Context, uid string) error
-	Forget(ctx context.Context, uid string) error
+	Release(ctx context.Context, uid, sandboxID string) error
+	Forget(ctx context.Context, uid, sandboxID string) error
 	Reconcile(ctx context.Context, pods []enroll.Pod) error
 	Status(uid string) (enroll.PodStatus, bool)
-	Checkpointed(uid string) bool
+	CheckpointedRecord(uid string) (enroll.Record, bool)
 }
 
 var _ Core = (*enroll.Core)(nil)
@@ -151,12 +151,17 @@ func (p *Plugin) Configure(ctx context.Context, _, runtime, version string) (api
 	return api.MustParseEventMask("RunPodSandbox,StopPodSandbox,RemovePodSandbox,CreateContainer"), nil
 }
 
-// Synchronize reconciles with the runtime's running pods. Pods the core did
-// not know and now enrolled started while meshlet was away: they are logged
+// Synchronize reconciles with the runtime's running pods: of each pod, the
+// sandbox that runs (runningSandboxes). Pods the core did not know in that
+// sandbox and now enrolled started while meshlet was away: they are logged
 // and counted. Errors are logged: failing Synchronize would only keep the
 // plugin from registering and leave every new pod unserved.
 func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	logger := klog.FromContext(ctx)
+	sandboxes = runningSandboxes(ctx, sandboxes, func(uid string) string {
+		st, _ := p.core.Status(uid)
+		return st.SandboxID
+	})
 	pods := make([]enroll.Pod, 0, len(sandboxes))
 	known := map[string]bool{}
 	for _, sb := range sandboxes {
@@ -167,7 +172,9 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 		// Enrolled by this meshlet, or by the previous one (adopted now):
 		// either way it did not start unmeshed.
 		st, ok := p.core.Status(pod.UID)
-		known[pod.UID] = ok && st.State == enroll.StateEnrolled || p.core.Checkpointed(pod.UID)
+		cp, inherited := p.core.CheckpointedRecord(pod.UID)
+		known[pod.UID] = ok && st.State == enroll.StateEnrolled && enroll.SameSandbox(st.SandboxID, pod.SandboxID) ||
+			inherited && enroll.SameSandbox(cp.SandboxID, pod.SandboxID)
 		pods = append(pods, pod)
 	}
 	err := p.core.Reconcile(ctx, pods)
@@ -226,24 +233,26 @@ func (p *Plugin) enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, err
 	return res, err
 }
 
-// StopPodSandbox releases the pod. It never fails: a stop must not be held
-// up by the mesh.
+// StopPodSandbox releases the pod, if the sandbox is the one the pod runs
+// in (not one the kubelet replaced). It never fails: a stop must not be
+// held up by the mesh.
 func (p *Plugin) StopPodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	klog.FromContext(ctx).V(2).Info("Pod sandbox stopping", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "podUID", sb.GetUid(), "sandbox", sb.GetId())
 	ctx, cancel := p.hookContext(ctx, "release")
 	defer cancel()
-	if err := p.core.Release(ctx, sb.GetUid()); err != nil {
+	if err := p.core.Release(ctx, sb.GetUid(), sb.GetId()); err != nil {
 		klog.FromContext(ctx).Error(err, "Release reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	}
 	return nil
 }
 
-// RemovePodSandbox forgets the pod.
+// RemovePodSandbox forgets the pod, if the sandbox is the one the pod
+// runs in.
 func (p *Plugin) RemovePodSandbox(ctx context.Context, sb *api.PodSandbox) error {
 	klog.FromContext(ctx).V(2).Info("Pod sandbox removed", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()), "podUID", sb.GetUid(), "sandbox", sb.GetId())
 	ctx, cancel := p.hookContext(ctx, "forget")
 	defer cancel()
-	if err := p.core.Forget(ctx, sb.GetUid()); err != nil {
+	if err := p.core.Forget(ctx, sb.GetUid(), sb.GetId()); err != nil {
 		klog.FromContext(ctx).Error(err, "Forget reported an error", "pod", klog.KRef(sb.GetNamespace(), sb.GetName()))
 	}
 	return nil

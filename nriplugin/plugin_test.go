@@ -39,11 +39,11 @@ func (f *fakeCore) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, e
 	f.status[pod.UID] = enroll.PodStatus{UID: pod.UID, State: enroll.StateEnrolled}
 	return enroll.Result{Enrolled: true, Changed: true}, nil
 }
-func (f *fakeCore) Release(_ context.Context, uid string) error {
+func (f *fakeCore) Release(_ context.Context, uid, _ string) error {
 	f.released = append(f.released, uid)
 	return errors.New("ztunnel unreachable")
 }
-func (f *fakeCore) Forget(context.Context, string) error { return nil }
+func (f *fakeCore) Forget(context.Context, string, string) error { return nil }
 func (f *fakeCore) Reconcile(ctx context.Context, pods []enroll.Pod) error {
 	for _, p := range pods {
 		if _, err := f.Enroll(ctx, p); err != nil {
@@ -52,10 +52,10 @@ func (f *fakeCore) Reconcile(ctx context.Context, pods []enroll.Pod) error {
 	}
 	return nil
 }
-func (f *fakeCore) Checkpointed(uid string) bool {
+func (f *fakeCore) CheckpointedRecord(uid string) (enroll.Record, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.checkpointed[uid]
+	return enroll.Record{UID: uid}, f.checkpointed[uid]
 }
 
 func (f *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
@@ -83,7 +83,7 @@ func (m *fakeMetrics) Connected(c bool)   { m.connected = c }
 func sandbox(uid, netns string, ips ...string) *api.PodSandbox {
 	sb := &api.PodSandbox{Id: "sb-" + uid, Uid: uid, Name: "pod-" + uid, Namespace: "ns",
 		Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}, RuntimeHandler: "runc", Ips: ips,
-		Linux: &api.LinuxPodSandbox{}}
+		Linux: &api.LinuxPodSandbox{}, Pid: 4242}
 	if netns != "" {
 		sb.Linux.Namespaces = []*api.LinuxNamespace{{Type: "ipc"}, {Type: "network", Path: netns}}
 	}

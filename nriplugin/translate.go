@@ -13,16 +13,13 @@ import (
 func podFromSandbox(sb *api.PodSandbox) (enroll.Pod, []string) {
 	p := enroll.Pod{
 		UID:            sb.GetUid(),
+		SandboxID:      sb.GetId(),
 		Name:           sb.GetName(),
 		Namespace:      sb.GetNamespace(),
 		Labels:         sb.GetLabels(),
 		Annotations:    sb.GetAnnotations(),
 		RuntimeHandler: sb.GetRuntimeHandler(),
-	}
-	for _, ns := range sb.GetLinux().GetNamespaces() {
-		if ns.GetType() == "network" {
-			p.NetnsPath = ns.GetPath()
-		}
+		NetnsPath:      netnsPath(sb),
 	}
 	p.HostNetwork = p.NetnsPath == ""
 	var bad []string

@@ -17,6 +17,7 @@ func (nopResolver) Resolve(context.Context, *Pod) (PodInfo, error) {
 type nopNetns struct{ inode uint64 }
 
 func (n nopNetns) Inode() uint64                      { return n.inode }
+func (n nopNetns) Cookie() (uint64, error)            { return n.inode, nil }
 func (n nopNetns) WithFd(fn func(fd int) error) error { return fn(0) }
 func (n nopNetns) HoldsAddrs([]netip.Addr) error      { return nil }
 func (n nopNetns) PodAddrs() ([]netip.Addr, error) {

@@ -95,6 +95,9 @@ type Core struct {
 	// addrsFromNetns: a pod's IPs were read from its namespace (podAddrs),
 	// which is logged once.
 	addrsFromNetns atomic.Bool
+	// noCookies: a namespace's cookie could not be read, which is logged
+	// once.
+	noCookies atomic.Bool
 
 	// listed is closed when the first Reconcile ends: the core has seen
 	// every running pod.
@@ -165,9 +168,10 @@ func (c *Core) SetDefaults(d Settings) { c.defaults.Store(&d) }
 
 // Enroll brings a running pod to the state policy wants: enrolled (rules in
 // place, ztunnel acked, netns held) or not. It is synchronous and
-// idempotent: the same pod with the same netns is a no-op; a new netns (the
-// sandbox was recreated) releases the old enrollment and enrolls the new
-// one. An error with Result.Enrolled false means the pod should be meshed
+// idempotent: the same pod with the same netns is a no-op; another sandbox
+// (the kubelet re-created it: an event that starts a sandbox is always
+// about the pod's newest) or a new netns releases the old enrollment and
+// enrolls the new one. An error with Result.Enrolled false means the pod should be meshed
 // and is not, and nothing of the attempt is left behind; with Enrolled
 // true, the pod stays enrolled as it was (a change of its rules that
 // failed).
@@ -195,29 +199,54 @@ func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) 
 		return Result{}, &Error{UID: pod.UID, Step: StepResolve, Err: err}
 	}
 	defer s.unlock()
+	replaced := c.replaceSandbox(ctx, s, &pod)
 	s.pod = pod
 	res, err := c.converge(ctx, s, h)
+	if replaced && !res.Enrolled {
+		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+	}
 	c.noted(ctx, s, h, err)
 	return res, err
 }
 
+// replaceSandbox releases the pod's enrollment in a sandbox other than
+// pod's: the kubelet re-created the sandbox, and the old one is stopping
+// or gone. Only node-side state is removed (its rules go with its
+// namespace), and ztunnel drops the old workload. It reports whether there
+// was one. The slot is locked.
+func (c *Core) replaceSandbox(ctx context.Context, s *slot, pod *Pod) bool {
+	if s.enrolled == nil || SameSandbox(s.enrolled.SandboxID, pod.SandboxID) {
+		return false
+	}
+	podLogger(ctx, pod).Info("Pod sandbox re-created: releasing the old one", "sandbox", pod.SandboxID, "oldSandbox", s.enrolled.SandboxID)
+	if err := c.release(ctx, s, RemoveHostOnly, StateReleased, "sandbox replaced"); err != nil {
+		podLogger(ctx, pod).Error(err, "Releasing the old sandbox reported an error; continuing", "oldSandbox", s.enrolled.SandboxID)
+	}
+	return true
+}
+
 // Release takes a stopping pod out of the mesh without entering its netns:
 // ztunnel drops it, node-side state goes, the netns fd is closed. Unknown
-// pods are a no-op. The pod is released even when a step reports an error;
-// the error is returned for logging.
+// pods are a no-op, and so is the stop of a sandbox other than the pod's
+// current one (sandboxID: the kubelet stops and removes a replaced sandbox
+// while its successor runs; "" matches any). The pod is released even when
+// a step reports an error; the error is returned for logging.
 //
 // A caller whose deadline passes while another operation on the pod runs
 // is not kept waiting: the release is done once that operation ends, and
 // the caller told so.
-func (c *Core) Release(ctx context.Context, uid string) error {
+func (c *Core) Release(ctx context.Context, uid, sandboxID string) error {
 	s, err := c.lockSlot(ctx, uid, false)
 	if err != nil {
-		return c.later(ctx, uid, "release", c.Release, err)
+		return c.later(ctx, uid, sandboxID, "release", c.Release, err)
 	}
 	if s == nil {
 		return nil
 	}
 	defer s.unlock()
+	if !c.current(ctx, s, sandboxID, "release") {
+		return nil
+	}
 	enrolled := s.enrolled != nil
 	err = c.release(ctx, s, RemoveHostOnly, StateReleased, "stopped")
 	if enrolled {
@@ -229,28 +258,43 @@ func (c *Core) Release(ctx context.Context, uid string) error {
 }
 
 // Forget releases the pod if needed and drops everything the core knows
-// about it (the runtime removed the sandbox). As Release, it does not keep
-// a caller waiting past its deadline.
-func (c *Core) Forget(ctx context.Context, uid string) error {
+// about it (the runtime removed the sandbox). As Release, it acts only on
+// the pod's current sandbox, and does not keep a caller waiting past its
+// deadline.
+func (c *Core) Forget(ctx context.Context, uid, sandboxID string) error {
 	s, err := c.lockSlot(ctx, uid, false)
 	if err != nil {
-		return c.later(ctx, uid, "forget", c.Forget, err)
+		return c.later(ctx, uid, sandboxID, "forget", c.Forget, err)
 	}
 	if s == nil {
 		return nil
 	}
 	defer s.unlock()
+	if !c.current(ctx, s, sandboxID, "forget") {
+		return nil
+	}
 	return c.forget(ctx, s)
+}
+
+// current reports whether an event about sandboxID is about the pod's
+// current sandbox (the one the last event that started or listed the pod
+// named). The slot is locked.
+func (c *Core) current(ctx context.Context, s *slot, sandboxID, what string) bool {
+	if SameSandbox(s.pod.SandboxID, sandboxID) {
+		return true
+	}
+	podDebug(ctx, &s.pod, "Ignoring an event for a replaced sandbox of the pod", "op", what, "sandbox", sandboxID, "current", s.pod.SandboxID)
+	return false
 }
 
 // later runs op on the pod in the background, once the operation that
 // holds it ends, for a caller whose deadline passed waiting for it
 // (waitErr); the caller gets an error saying so.
-func (c *Core) later(ctx context.Context, uid, what string, op func(context.Context, string) error, waitErr error) error {
+func (c *Core) later(ctx context.Context, uid, sandboxID, what string, op func(context.Context, string, string) error, waitErr error) error {
 	bg := context.WithoutCancel(ctx)
 	go func() {
-		if err := op(bg, uid); err != nil {
-			klog.FromContext(bg).Error(err, "Deferred operation on a pod failed", "op", what, "podUID", uid)
+		if err := op(bg, uid, sandboxID); err != nil {
+			klog.FromContext(bg).Error(err, "Deferred operation on a pod failed", "op", what, "podUID", uid, "sandbox", sandboxID)
 		}
 	}()
 	return fmt.Errorf("%s pod %s deferred until the operation running on it ends: %w", what, uid, waitErr)
@@ -295,7 +339,13 @@ func (c *Core) forget(ctx context.Context, s *slot) error {
 // in the set is forgotten. The pods already run, so a missing ztunnel
 // defers their handover to its next connection instead of failing them.
 // Errors are collected per pod; one failing pod does not stop the others.
+//
+// pods should hold the sandbox that runs of each pod: a runtime that lists
+// a pod's stopped sandboxes too is the adapter's to sort out. Given
+// several of one pod anyway, Reconcile keeps the one the pod is in now, or
+// else the last listed.
 func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
+	pods = c.oneSandboxEach(ctx, pods)
 	running := make(map[string]struct{}, len(pods))
 	for _, p := range pods {
 		running[p.UID] = struct{}{}
@@ -309,7 +359,7 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 	}
 	c.mu.RUnlock()
 
-	errs := c.parallel(len(stale), func(i int) error { return c.Forget(ctx, stale[i]) })
+	errs := c.parallel(len(stale), func(i int) error { return c.Forget(ctx, stale[i], "") })
 	errs = append(errs, c.parallel(len(pods), func(i int) error {
 		if pods[i].UID == "" {
 			return errors.New("reconcile: pod without UID")
@@ -341,6 +391,29 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 	}
 	c.listedOnce.Do(func() { close(c.listed) })
 	return errors.Join(errs...)
+}
+
+// oneSandboxEach returns pods with one sandbox per pod: of several, the
+// pod's current sandbox if listed, else the last.
+func (c *Core) oneSandboxEach(ctx context.Context, pods []Pod) []Pod {
+	at := make(map[string]int, len(pods))
+	out := make([]Pod, 0, len(pods))
+	for _, p := range pods {
+		j, dup := at[p.UID]
+		if !dup {
+			at[p.UID] = len(out)
+			out = append(out, p)
+			continue
+		}
+		keep, drop := p, out[j]
+		if st, ok := c.Status(p.UID); ok && st.SandboxID != "" && st.SandboxID == drop.SandboxID {
+			keep, drop = drop, p
+		}
+		out[j] = keep
+		klog.FromContext(ctx).Info("The runtime listed several sandboxes of one pod: keeping one", "pod", klog.KRef(p.Namespace, p.Name),
+			"podUID", p.UID, "sandbox", keep.SandboxID, "ignored", drop.SandboxID)
+	}
+	return out
 }
 
 // Listed is closed once the first Reconcile has ended: the core has seen
@@ -508,7 +581,7 @@ func (c *Core) publish(s *slot) {
 }
 
 func (s *slot) status() PodStatus {
-	st := PodStatus{UID: s.pod.UID, Name: s.pod.Name, Namespace: s.pod.Namespace,
+	st := PodStatus{UID: s.pod.UID, SandboxID: s.pod.SandboxID, Name: s.pod.Name, Namespace: s.pod.Namespace,
 		State: s.state, Reason: s.reason, Since: s.since,
 		Retries: s.retry.attempts, RetryAt: s.retry.at, LastError: s.retry.lastErr}
 	if s.enrolled != nil {
@@ -630,13 +703,16 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			return c.fail(ctx, s, StepNetns, err)
 		}
 	}
-	rec := Record{UID: pod.UID, Name: pod.Name, Namespace: pod.Namespace,
+	rec := Record{UID: pod.UID, SandboxID: pod.SandboxID, Name: pod.Name, Namespace: pod.Namespace,
 		ServiceAccount: info.ServiceAccount, NetnsInode: ns.Inode(), IPs: pod.IPs, Settings: settings}
 
 	// keepRules: only the pod's identity changed, and its rules stay as
 	// they are (see keepEnrollment).
 	keepRules := false
 	if old != nil && old.NetnsInode == rec.NetnsInode {
+		// The core has held this namespace open since it enrolled the
+		// pod, so no other can have its inode: the same namespace.
+		rec.NetnsCookie = old.NetnsCookie
 		var keep bool
 		if keep, keepRules = c.keepEnrollment(ctx, pod, old, &rec, h); keep {
 			// The common case (Synchronize after a restart, the
@@ -654,15 +730,24 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	// A namespace without the pod's IPs is not the pod's (a runtime or
 	// CNI fault): rules there would capture some other traffic, and
 	// ztunnel would serve the pod's identity on the wrong addresses. A
-	// running pod the previous agent enrolled in this very namespace is
-	// adopted unchecked: failing it would leave that agent's rules in it
-	// with no ztunnel that knows it.
-	adopting := s.checkpointed != nil && s.checkpointed.NetnsInode == ns.Inode()
+	// running pod the previous agent enrolled in this very sandbox and
+	// namespace (its cookie, not only its inode, which a later namespace
+	// may reuse) is adopted unchecked: failing it would leave that agent's
+	// rules in it with no ztunnel that knows it.
+	adopting := false
+	if cp := s.checkpointed; cp != nil && cp.SandboxID != "" && cp.NetnsInode == rec.NetnsInode {
+		rec.NetnsCookie = c.cookie(ctx, pod, ns)
+		adopting = cp.provenSame(&rec)
+	}
 	if ipsFromNetns {
 		// Read from this namespace: it holds them.
 	} else if err := ns.HoldsAddrs(pod.IPs); err != nil && !adopting {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepNetns, err)
+	}
+	if rec.NetnsCookie == 0 {
+		// Read with the addresses above, most often: no extra step.
+		rec.NetnsCookie = c.cookie(ctx, pod, ns)
 	}
 	if err := outOfTime(ctx, h); err != nil {
 		_ = ns.Close()
@@ -816,6 +901,17 @@ func (c *Core) keepEnrollment(ctx context.Context, pod *Pod, old *Workload, rec 
 	}
 	podDebug(ctx, pod, "Node settings changed the pod's redirection", "redirection", old.Redirection, "want", account)
 	return false, false
+}
+
+// cookie returns the namespace's cookie, or 0 where the kernel has none
+// (before Linux 5.14): the record then names the namespace by its sandbox
+// and inode, which is said once.
+func (c *Core) cookie(ctx context.Context, pod *Pod, ns Netns) uint64 {
+	cookie, err := ns.Cookie()
+	if err != nil && !c.noCookies.Swap(true) {
+		podLogger(ctx, pod).Info("Network namespace cookies cannot be read: records name a namespace by its sandbox and inode", "err", err)
+	}
+	return cookie
 }
 
 // refused reports whether the redirector would refuse a pod with rec's

@@ -239,7 +239,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.rec.take()
-	if err := h.core.Release(ctx, "a"); err != nil {
+	if err := h.core.Release(ctx, "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h, "del a", "remove a inode=100 scope=host")
@@ -248,14 +248,14 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("netns still held after release")
 	}
 	// Releasing again, or an unknown pod, does nothing.
-	if err := h.core.Release(ctx, "a"); err != nil {
+	if err := h.core.Release(ctx, "a", ""); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.core.Release(ctx, "never-seen"); err != nil {
+	if err := h.core.Release(ctx, "never-seen", ""); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h)
-	if err := h.core.Forget(ctx, "a"); err != nil {
+	if err := h.core.Forget(ctx, "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := h.core.Status("a"); ok {
@@ -271,7 +271,7 @@ func TestForgetUnchanged(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen, _ := h.core.Status("a")
-	if err := h.core.Release(ctx, "a"); err != nil {
+	if err := h.core.Release(ctx, "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	if forgot, err := h.core.ForgetUnchanged(ctx, seen); forgot || err != nil {
@@ -361,7 +361,7 @@ func TestReevaluateNamespaceLabel(t *testing.T) {
 	if _, err := h.core.Enroll(ctx, p); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.core.Release(ctx, "a"); err != nil {
+	if err := h.core.Release(ctx, "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	h.rec.take()
@@ -520,11 +520,11 @@ func TestCallsForOnePodAreSerialisedOthersParallel(t *testing.T) {
 			case 0, 1:
 				_, _ = h.core.Enroll(ctx, p)
 			case 2:
-				_ = h.core.Release(ctx, "same")
+				_ = h.core.Release(ctx, "same", "")
 			case 3:
 				_ = h.core.Reevaluate(ctx)
 			case 4:
-				_ = h.core.Forget(ctx, "same")
+				_ = h.core.Forget(ctx, "same", "")
 			}
 		})
 	}
@@ -668,7 +668,7 @@ func TestReleaseClearsTheStatus(t *testing.T) {
 		if _, err := h.core.Enroll(ctx, p); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.core.Release(ctx, p.UID); err != nil {
+		if err := h.core.Release(ctx, p.UID, ""); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -91,6 +91,7 @@ func (f fixedSettings) PodSettings(*Pod, PodInfo) (SettingsOverride, []string) {
 
 type fakeNetns struct {
 	inode      uint64
+	cookie     uint64
 	withoutIPs bool         // the pod's IPs are not in it
 	addrs      []netip.Addr // what PodAddrs finds
 	opener     *fakeOpener
@@ -99,6 +100,13 @@ type fakeNetns struct {
 }
 
 func (n *fakeNetns) Inode() uint64 { return n.inode }
+
+func (n *fakeNetns) Cookie() (uint64, error) {
+	if n.cookie == 0 {
+		return 0, errors.New("no cookies on this kernel")
+	}
+	return n.cookie, nil
+}
 
 // WithFd refuses after Close, as the real handle does: a core that used a
 // namespace it had closed would fail here.
@@ -142,8 +150,11 @@ type fakeOpener struct {
 	withoutIPs map[string]bool         // namespaces that do not hold their pod's IPs
 	addrs      map[string][]netip.Addr // what each namespace's PodAddrs finds
 	node       map[string]bool         // paths that name the node's own namespace
-	open       int
-	addrReads  int // PodAddrs calls
+	// cookies are the namespaces' cookies (default: 1<<32 + inode; 0:
+	// the kernel has none).
+	cookies   map[string]uint64
+	open      int
+	addrReads int // PodAddrs calls
 }
 
 func (o *fakeOpener) Open(path string) (Netns, error) {
@@ -157,7 +168,11 @@ func (o *fakeOpener) Open(path string) (Netns, error) {
 		return nil, fmt.Errorf("netns %s: %w", path, ErrNodeNetns)
 	}
 	o.open++
-	return &fakeNetns{inode: ino, withoutIPs: o.withoutIPs[path], addrs: o.addrs[path], opener: o}, nil
+	cookie, ok := o.cookies[path]
+	if !ok {
+		cookie = 1<<32 + ino
+	}
+	return &fakeNetns{inode: ino, cookie: cookie, withoutIPs: o.withoutIPs[path], addrs: o.addrs[path], opener: o}, nil
 }
 
 func (o *fakeOpener) set(path string, inode uint64) {
@@ -372,7 +387,7 @@ func newHarness(t interface{ Fatal(...any) }, checkpointed ...Record) *harness {
 	h := &harness{
 		rec:      rec,
 		resolver: &fakeResolver{},
-		opener:   &fakeOpener{inodes: map[string]uint64{}},
+		opener:   &fakeOpener{inodes: map[string]uint64{}, withoutIPs: map[string]bool{}},
 		redir:    &fakeRedirector{rec: rec, applied: map[string]Settings{}, inflight: map[string]int{}},
 		proxy:    &fakeProxy{rec: rec, added: map[string]*Workload{}},
 		status:   &fakeStatus{reports: map[string][]RedirectionStatus{}},
@@ -394,6 +409,16 @@ func (h *harness) pod(uid string, inode uint64, labels map[string]string) Pod {
 	h.opener.set(path, inode)
 	ip := netip.AddrFrom4([4]byte{10, byte(inode >> 16), byte(inode >> 8), byte(inode)})
 	return Pod{UID: uid, Name: "name-" + uid, Namespace: "default", Labels: labels, NetnsPath: path, IPs: []netip.Addr{ip}}
+}
+
+// sandbox returns one sandbox of a pod: its netns at /netns/<sandbox> of
+// the given inode, and an IP as pod gives.
+func (h *harness) sandbox(uid, sandbox string, inode uint64, labels map[string]string) Pod {
+	p := h.pod(uid, inode, labels)
+	delete(h.opener.inodes, p.NetnsPath)
+	p.SandboxID, p.NetnsPath = sandbox, "/netns/"+sandbox
+	h.opener.set(p.NetnsPath, inode)
+	return p
 }
 
 var meshOn = map[string]string{"mesh": "on"}

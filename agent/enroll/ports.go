@@ -37,8 +37,13 @@ type SettingsSource interface {
 
 // Netns is an open network namespace.
 type Netns interface {
-	// Inode identifies the namespace.
+	// Inode identifies the namespace among those that exist: the kernel
+	// gives a freed namespace's inode to a later one.
 	Inode() uint64
+	// Cookie identifies the namespace for the whole boot: no other
+	// namespace gets it (SO_NETNS_COOKIE). It may enter the namespace to
+	// read it once.
+	Cookie() (uint64, error)
 	// WithFd calls fn with the namespace's file descriptor, which stays
 	// open until fn returns; after Close it fails without calling fn.
 	WithFd(fn func(fd int) error) error

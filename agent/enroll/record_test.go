@@ -69,7 +69,7 @@ func TestRecordIsWhatWasEnrolled(t *testing.T) {
 	if _, gen := h.core.Records(); gen != gen1 {
 		t.Fatal("generation moved on a no-op Enroll")
 	}
-	if err := h.core.Release(ctx, "a"); err != nil {
+	if err := h.core.Release(ctx, "a", ""); err != nil {
 		t.Fatal(err)
 	}
 	if records, gen := h.core.Records(); len(records) != 0 || gen == gen1 {
@@ -119,7 +119,7 @@ func TestCheckpointedPodIsAdopted(t *testing.T) {
 		t.Fatalf("calls\n got  %q\n want %q", got, want)
 	}
 	// The record is used once: a later change re-applies from scratch.
-	if err := h.core.Release(ctx, "same"); err != nil {
+	if err := h.core.Release(ctx, "same", ""); err != nil {
 		t.Fatal(err)
 	}
 	h.rec.take()
@@ -257,20 +257,42 @@ func TestRedirectionStatusNames(t *testing.T) {
 }
 
 // TestAdoptionSkipsTheIPCheck: a running pod the previous agent enrolled
-// in the same namespace is adopted even if the namespace does not hold its
-// IPs (failing it would leave that agent's rules with no ztunnel that knows
-// the pod); a pod enrolled afresh is refused.
+// in the same sandbox and namespace (its ID, inode and cookie) is adopted
+// even if the namespace does not hold its IPs (failing it would leave that
+// agent's rules with no ztunnel that knows the pod). A record that does not
+// prove it is that namespace is checked as a new pod is, and refused: one
+// an older meshlet wrote (no sandbox ID), one of another sandbox or cookie
+// whose inode the kernel gave to a later namespace.
 func TestAdoptionSkipsTheIPCheck(t *testing.T) {
 	ip := []netip.Addr{netip.MustParseAddr("192.0.2.1")}
-	h := newHarness(t, Record{UID: "kept", Name: "name-kept", Namespace: "default", NetnsInode: 1, IPs: ip,
-		Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"})
-	kept, fresh := h.pod("kept", 1, meshOn), h.pod("fresh", 2, meshOn)
-	kept.IPs, fresh.IPs = ip, ip
-	h.opener.withoutIPs = map[string]bool{kept.NetnsPath: true, fresh.NetnsPath: true}
-	if err := h.core.Reconcile(ctx, []Pod{kept}); err != nil {
-		t.Fatalf("adopting a pod whose namespace lacks its IPs: %v", err)
+	record := func(uid, sandbox string, inode, cookie uint64) Record {
+		return Record{UID: uid, SandboxID: sandbox, Name: "name-" + uid, Namespace: "default", NetnsInode: inode, NetnsCookie: cookie,
+			IPs: ip, Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"}
+	}
+	h := newHarness(t, record("kept", "sb-kept", 1, 1<<32+1), record("legacy", "", 2, 0),
+		record("recycled", "sb-old", 3, 1<<32+3), record("recookied", "sb-same", 4, 7))
+	var pods []Pod
+	for _, p := range []struct {
+		uid, sandbox string
+		inode        uint64
+	}{{"kept", "sb-kept", 1}, {"legacy", "sb-legacy", 2}, {"recycled", "sb-new", 3}, {"recookied", "sb-same", 4}} {
+		pod := h.sandbox(p.uid, p.sandbox, p.inode, meshOn)
+		pod.IPs = ip
+		h.opener.withoutIPs[pod.NetnsPath] = true
+		pods = append(pods, pod)
+	}
+	if err := h.core.Reconcile(ctx, pods); err == nil {
+		t.Fatal("Reconcile adopted every pod, want those it cannot prove refused")
 	}
 	wantState(t, h, "kept", StateEnrolled, "pod-label")
+	for _, uid := range []string{"legacy", "recycled", "recookied"} {
+		if st, _ := h.core.Status(uid); st.State != StateFailed || !strings.Contains(st.Reason, "not assigned") {
+			t.Errorf("pod %s: %s (%s), want failed at the address check", uid, st.State, st.Reason)
+		}
+	}
+	fresh := h.pod("fresh", 5, meshOn)
+	fresh.IPs = ip
+	h.opener.withoutIPs[fresh.NetnsPath] = true
 	if _, err := h.core.Enroll(ctx, fresh); FailedStep(err) != StepNetns {
 		t.Fatalf("enrolling a new pod whose namespace lacks its IPs: %v, want a netns failure", err)
 	}
@@ -304,7 +326,7 @@ func TestInheritedPodsLeaveTheProxy(t *testing.T) {
 	if got := h.rec.take(); slices.Contains(got, "del failing") {
 		t.Fatalf("a pod whose rules could not be rewritten was dropped by the proxy: %q", got)
 	}
-	if err := h.core.Release(ctx, "failing"); err != nil {
+	if err := h.core.Release(ctx, "failing", ""); err != nil {
 		t.Fatal(err)
 	}
 	if got := h.rec.take(); !slices.Equal(got, []string{"del failing"}) {
@@ -359,7 +381,7 @@ func TestHookBehindABusyPodAnswersInTime(t *testing.T) {
 	}
 	stopCtx, cancelStop := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancelStop()
-	if err := h.core.Release(stopCtx, "busy"); !errors.Is(err, ErrOutOfTime) || !strings.Contains(err.Error(), "deferred") {
+	if err := h.core.Release(stopCtx, "busy", ""); !errors.Is(err, ErrOutOfTime) || !strings.Contains(err.Error(), "deferred") {
 		t.Fatalf("Release behind a busy pod = %v, want it deferred", err)
 	}
 	select {

@@ -103,7 +103,7 @@ func TestRunningPodRetried(t *testing.T) {
 	if n := h.core.Retrying(); n != 1 {
 		t.Fatalf("Retrying = %d, want the running pod", n)
 	}
-	if err := h.core.Release(ctx, "stops"); err != nil {
+	if err := h.core.Release(ctx, "stops", ""); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.core.Retrying(); n != 0 {

@@ -10,7 +10,12 @@ import (
 // from their source (NRI PodSandbox, CNI args, the API server). The core
 // keeps the value it is given: callers must not modify its maps afterwards.
 type Pod struct {
-	UID            string
+	UID string
+	// SandboxID is the runtime's ID of the pod's sandbox (CNI: the
+	// container ID). A pod keeps its UID while the kubelet replaces its
+	// sandbox; the ID tells the sandboxes apart, and the runtime never
+	// gives it to another. Empty: unknown (any sandbox of the pod).
+	SandboxID      string
 	Name           string
 	Namespace      string
 	Labels         map[string]string
@@ -124,13 +129,20 @@ type Decision struct {
 // as is, and a restarted agent's redirector adopts running pods from it.
 // A Record is never modified once the core published it.
 type Record struct {
-	UID            string       `json:"uid"`
-	Name           string       `json:"name"`
-	Namespace      string       `json:"namespace"`
-	ServiceAccount string       `json:"serviceAccount"`
-	NetnsInode     uint64       `json:"netnsInode"`
-	IPs            []netip.Addr `json:"ips"`
-	Settings       Settings     `json:"settings"`
+	UID            string `json:"uid"`
+	Name           string `json:"name"`
+	Namespace      string `json:"namespace"`
+	ServiceAccount string `json:"serviceAccount"`
+	// SandboxID is the sandbox the pod was enrolled in (Pod.SandboxID).
+	SandboxID  string `json:"sandboxID,omitempty"`
+	NetnsInode uint64 `json:"netnsInode"`
+	// NetnsCookie is the namespace's cookie (Netns.Cookie), which no
+	// other namespace gets in the same boot, where its inode is reused
+	// once it is freed; 0: not known (written by an older meshlet, or a
+	// kernel without cookies).
+	NetnsCookie uint64       `json:"netnsCookie,omitempty"`
+	IPs         []netip.Addr `json:"ips"`
+	Settings    Settings     `json:"settings"`
 	// Redirection is the redirector's own account of the rules it
 	// installed (backend, families, captures). The core does not read it;
 	// it is what lets a restarted agent keep rules that match what it
@@ -150,9 +162,31 @@ func (r *Record) sameEnrollment(o *Record) bool {
 // workload: the same pod, in the same network namespace, with the same
 // name and service account.
 func (r *Record) sameIdentity(o *Record) bool {
-	return r.UID == o.UID && r.NetnsInode == o.NetnsInode && r.Name == o.Name && r.Namespace == o.Namespace &&
+	return r.UID == o.UID && r.sameNetns(o) && r.Name == o.Name && r.Namespace == o.Namespace &&
 		r.ServiceAccount == o.ServiceAccount
 }
+
+// sameNetns reports whether r and o may name the same sandbox's network
+// namespace: same inode, and no sandbox ID or cookie that tells them
+// apart (one that is not known tells nothing).
+func (r *Record) sameNetns(o *Record) bool {
+	return r.NetnsInode == o.NetnsInode && SameSandbox(r.SandboxID, o.SandboxID) &&
+		(r.NetnsCookie == 0 || o.NetnsCookie == 0 || r.NetnsCookie == o.NetnsCookie)
+}
+
+// provenSame reports whether r, a record from before, is known to name
+// the sandbox and network namespace of o: both carry the sandbox ID and
+// they are equal, same inode, and a cookie r recorded is o's. Less than
+// that (a record an older meshlet wrote) may still be the same, but is
+// not taken on trust.
+func (r *Record) provenSame(o *Record) bool {
+	return r.SandboxID != "" && r.SandboxID == o.SandboxID && r.NetnsInode == o.NetnsInode &&
+		(r.NetnsCookie == 0 || r.NetnsCookie == o.NetnsCookie)
+}
+
+// SameSandbox reports whether two sandbox IDs may name the same sandbox:
+// equal, or one of them not known.
+func SameSandbox(a, b string) bool { return a == "" || b == "" || a == b }
 
 // sameRules reports whether r and o need the same in-pod rules: same
 // network namespace, addresses and settings (identity does not matter to
@@ -164,7 +198,7 @@ func (r *Record) sameRules(o *Record) bool {
 // sameAddrs reports whether r and o are the same pod in the same network
 // namespace with the same addresses.
 func (r *Record) sameAddrs(o *Record) bool {
-	return r.UID == o.UID && r.NetnsInode == o.NetnsInode && slices.Equal(r.IPs, o.IPs)
+	return r.UID == o.UID && r.sameNetns(o) && slices.Equal(r.IPs, o.IPs)
 }
 
 // Workload is an enrolled pod as the ports see it: its record and its
@@ -206,7 +240,9 @@ func (s State) String() string {
 
 // PodStatus is a read-only view of one pod's state.
 type PodStatus struct {
-	UID        string
+	UID string
+	// SandboxID is the sandbox the last event about the pod named.
+	SandboxID  string
 	Name       string
 	Namespace  string
 	State      State

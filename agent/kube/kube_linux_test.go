@@ -113,6 +113,7 @@ func startWatcher(t testing.TB, c kubernetes.Interface) (*kube.Watcher, context.
 type fakeNetns struct{ ino uint64 }
 
 func (n fakeNetns) Inode() uint64                      { return n.ino }
+func (n fakeNetns) Cookie() (uint64, error)            { return n.ino, nil }
 func (n fakeNetns) WithFd(fn func(fd int) error) error { return fn(0) }
 func (n fakeNetns) HoldsAddrs([]netip.Addr) error      { return nil }
 func (n fakeNetns) PodAddrs() ([]netip.Addr, error) {

@@ -95,8 +95,11 @@ func (h *Handle) addrList(ifname string) ([]netlink.Addr, error) {
 		var nh *netlink.Handle
 		err := RunIn(fd, func() error {
 			var err error
-			nh, err = netlink.NewHandle(unix.NETLINK_ROUTE)
-			return err
+			if nh, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+				return err
+			}
+			// On the way: the enrollment records the cookie (Cookie).
+			return h.readCookie()
 		})
 		if nh != nil {
 			// Also when RunIn failed after making it (switching back).

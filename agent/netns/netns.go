@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // ErrNotNetns is returned when a path exists but is not a network namespace.
@@ -24,6 +25,8 @@ var ErrClosed = errors.New("netns handle closed")
 type Handle struct {
 	path  string
 	inode uint64
+	// cookie is the namespace's cookie once read (0: not yet).
+	cookie atomic.Uint64
 
 	mu     sync.RWMutex
 	fd     int // -1 once closed

@@ -26,3 +26,6 @@ func (h *Handle) HoldsAddrs(want []netip.Addr) error { return errUnsupported }
 
 // PodAddrs is only implemented on Linux.
 func (h *Handle) PodAddrs() ([]netip.Addr, error) { return nil, errUnsupported }
+
+// Cookie is only implemented on Linux.
+func (h *Handle) Cookie() (uint64, error) { return 0, errUnsupported }

@@ -81,9 +81,9 @@ func (c *countingCore) enrollTimes() []time.Duration {
 	return out
 }
 
-func (c *countingCore) Forget(ctx context.Context, uid string) error {
+func (c *countingCore) Forget(ctx context.Context, uid, sandboxID string) error {
 	c.forgets.Add(1)
-	return c.Core.Forget(ctx, uid)
+	return c.Core.Forget(ctx, uid, sandboxID)
 }
 
 // agent is meshlet's node agent in the test process, as the daemon wires

@@ -56,6 +56,7 @@ func podFromStatus(st *runtimeapi.PodSandboxStatus, info map[string]string) (enr
 	md := st.GetMetadata()
 	p := enroll.Pod{
 		UID:            md.GetUid(),
+		SandboxID:      st.GetId(),
 		Name:           md.GetName(),
 		Namespace:      md.GetNamespace(),
 		Labels:         st.GetLabels(),

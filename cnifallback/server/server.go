@@ -21,7 +21,7 @@ const DefaultSocketPath = "/var/run/meshlet/cni.sock"
 // Core is the part of the enrollment core the server drives.
 type Core interface {
 	Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
-	Forget(ctx context.Context, uid string) error
+	Forget(ctx context.Context, uid, sandboxID string) error
 }
 
 var _ Core = (*enroll.Core)(nil)
@@ -112,7 +112,9 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) *wire.Response {
 		if req.Pod.UID == "" {
 			return &wire.Response{Outcome: wire.OutcomeEnrolled, Reason: "unknown-pod"}
 		}
-		if err := s.core.Forget(ctx, req.Pod.UID); err != nil {
+		// The container ID is the sandbox's: the DEL of a sandbox the
+		// kubelet replaced leaves the pod's new one as it is.
+		if err := s.core.Forget(ctx, req.Pod.UID, req.ContainerID); err != nil {
 			return &wire.Response{Outcome: wire.OutcomeFailed, Reason: "release", Message: err.Error()}
 		}
 		return &wire.Response{Outcome: wire.OutcomeEnrolled, Reason: "released"}
@@ -121,7 +123,7 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) *wire.Response {
 		// a restarted meshlet adopts the pod only if its record matches.
 		ips := slices.Clone(req.IPs)
 		slices.SortFunc(ips, netip.Addr.Compare)
-		pod := enroll.Pod{UID: req.Pod.UID, Name: req.Pod.Name, Namespace: req.Pod.Namespace, NetnsPath: req.Netns, IPs: ips}
+		pod := enroll.Pod{UID: req.Pod.UID, SandboxID: req.ContainerID, Name: req.Pod.Name, Namespace: req.Pod.Namespace, NetnsPath: req.Netns, IPs: ips}
 		start := time.Now()
 		res, err := s.core.Enroll(ctx, pod)
 		if s.cfg.Observe != nil && (err != nil || res.Enrolled && res.Changed) {

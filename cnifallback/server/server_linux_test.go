@@ -58,10 +58,10 @@ func (f *fakeCore) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, e
 	return f.result, f.err
 }
 
-func (f *fakeCore) Forget(_ context.Context, uid string) error {
+func (f *fakeCore) Forget(_ context.Context, uid, sandboxID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.forgets = append(f.forgets, uid)
+	f.forgets = append(f.forgets, uid+"/"+sandboxID)
 	return nil
 }
 
@@ -116,7 +116,7 @@ func TestRequests(t *testing.T) {
 	core.mu.Lock()
 	got := core.enrolls[0]
 	core.mu.Unlock()
-	if got.UID != "p1" || got.Name != "p1" || got.Namespace != "shop" || got.NetnsPath != "/var/run/netns/p1" || fmt.Sprint(got.IPs) != "[10.1.2.3]" {
+	if got.UID != "p1" || got.SandboxID != "c-p1" || got.Name != "p1" || got.Namespace != "shop" || got.NetnsPath != "/var/run/netns/p1" || fmt.Sprint(got.IPs) != "[10.1.2.3]" {
 		t.Fatalf("Enroll got %+v", got)
 	}
 	check := addRequest("p1")
@@ -140,8 +140,8 @@ func TestRequests(t *testing.T) {
 	}
 	core.mu.Lock()
 	defer core.mu.Unlock()
-	if fmt.Sprint(core.forgets) != "[p1]" {
-		t.Fatalf("Forget calls %v, want [p1]", core.forgets)
+	if fmt.Sprint(core.forgets) != "[p1/c-p1]" {
+		t.Fatalf("Forget calls %v, want [p1/c-p1]: the pod, and the sandbox the DEL is for", core.forgets)
 	}
 }
 

@@ -18,10 +18,6 @@ type Enrollments interface {
 	Record(uid string) (enroll.Record, bool)
 	RecordInNetns(inode uint64) (enroll.Record, bool)
 	Status(uid string) (enroll.PodStatus, bool)
-	// CheckpointedRecord is the previous meshlet's record of a pod this
-	// one has not adopted yet (it adopts running pods once the runtime
-	// lists them).
-	CheckpointedRecord(uid string) (enroll.Record, bool)
 }
 
 var _ Enrollments = (*enroll.Core)(nil)
@@ -129,9 +125,16 @@ func (s *Server) observe(d Decision) {
 	}
 }
 
-// Decide answers a request: allowed only if an enrolled pod holds the
-// container's network namespace and, when the runtime named the pod, it
-// is that pod.
+// Decide answers a request: allowed only if a pod this meshlet enrolled
+// holds the container's network namespace and, where the runtime named
+// the pod and its sandbox, it is that pod in that sandbox. The inode is
+// enough to tell the namespace: the core holds an enrolled pod's namespace
+// open, so no other can have its inode meanwhile. A previous meshlet's
+// record (its checkpoint) never allows a container: the namespace it names
+// may have been freed and its inode given to another while no meshlet ran
+// (or the node rebooted); the pod is allowed once this meshlet has
+// confirmed it with the runtime and adopted it, which the runtime's retry
+// of the container then finds.
 func (s *Server) Decide(req *gate.Request) *gate.Response {
 	if req.PodUID == "" {
 		if _, ok := s.pods.RecordInNetns(req.NetnsInode); ok {
@@ -141,21 +144,20 @@ func (s *Server) Decide(req *gate.Request) *gate.Response {
 	}
 	rec, ok := s.pods.Record(req.PodUID)
 	if !ok {
-		// Just restarted: the previous meshlet enrolled the pod in this
-		// namespace, its rules and ztunnel's entry are in place, and this
-		// meshlet adopts it as soon as the runtime lists it.
-		if prev, ok := s.pods.CheckpointedRecord(req.PodUID); ok && prev.NetnsInode == req.NetnsInode {
-			return &gate.Response{Allow: true}
-		}
 		st, known := s.pods.Status(req.PodUID)
 		if !known {
-			return &gate.Response{Reason: fmt.Sprintf("meshlet has not enrolled pod %s: no runtime hook or CNI call reached it for this pod", req.PodUID)}
+			return &gate.Response{Reason: fmt.Sprintf("meshlet has not enrolled pod %s: no runtime hook or CNI call reached it for this pod, "+
+				"or meshlet restarted and has not yet found it running", req.PodUID)}
 		}
 		reason := fmt.Sprintf("pod %s/%s is not in the mesh: %s", st.Namespace, st.Name, st.State)
 		if st.Reason != "" {
 			reason += " (" + st.Reason + ")"
 		}
 		return &gate.Response{Reason: reason}
+	}
+	if !enroll.SameSandbox(rec.SandboxID, req.SandboxID) {
+		return &gate.Response{Reason: fmt.Sprintf("the container's sandbox %s is not the one pod %s/%s is enrolled in (%s)",
+			req.SandboxID, rec.Namespace, rec.Name, rec.SandboxID)}
 	}
 	if rec.NetnsInode != req.NetnsInode {
 		return &gate.Response{Reason: fmt.Sprintf("the container's network namespace (inode %d) is not the one pod %s/%s is enrolled in (inode %d)",

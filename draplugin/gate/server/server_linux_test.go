@@ -37,7 +37,6 @@ type view struct {
 	mu           sync.Mutex
 	records      map[string]enroll.Record
 	states       map[string]enroll.PodStatus
-	checkpointed map[string]enroll.Record
 }
 
 func (v *view) Record(uid string) (enroll.Record, bool) {
@@ -56,13 +55,6 @@ func (v *view) RecordInNetns(inode uint64) (enroll.Record, bool) {
 		}
 	}
 	return enroll.Record{}, false
-}
-
-func (v *view) CheckpointedRecord(uid string) (enroll.Record, bool) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	r, ok := v.checkpointed[uid]
-	return r, ok
 }
 
 func (v *view) Status(uid string) (enroll.PodStatus, bool) {
@@ -139,22 +131,24 @@ func runHook(socket string, timeout time.Duration, stdin []byte) (int, string) {
 	return code, stderr.String()
 }
 
-// TestHookAsksMeshlet: the hook lets a container start only when an
-// enrolled pod holds its network namespace (and, when the runtime names
-// the pod, it is that pod); every refusal says why on stderr, which the
-// runtime puts in the container's start error.
+// TestHookAsksMeshlet: the hook lets a container start only when a pod
+// this meshlet enrolled holds its network namespace (and, when the runtime
+// names the pod and its sandbox, it is that pod in that sandbox); a
+// previous meshlet's record is not enough. Every refusal says why on
+// stderr, which the runtime puts in the container's start error.
 func TestHookAsksMeshlet(t *testing.T) {
 	privtest.RequireRoot(t)
 	ino := ownNetns(t)
 	v := &view{
-		records: map[string]enroll.Record{"web-uid": {UID: "web-uid", Name: "web", Namespace: "apps", NetnsInode: ino}},
+		records: map[string]enroll.Record{
+			"web-uid": {UID: "web-uid", SandboxID: "sb1", Name: "web", Namespace: "apps", NetnsInode: ino},
+			// Enrolled in an earlier sandbox, whose namespace inode
+			// the container's reuses.
+			"replaced-uid": {UID: "replaced-uid", SandboxID: "sb0", Name: "api", Namespace: "apps", NetnsInode: ino},
+		},
 		states: map[string]enroll.PodStatus{
 			"web-uid":    {UID: "web-uid", Name: "web", Namespace: "apps", State: enroll.StateEnrolled},
 			"failed-uid": {UID: "failed-uid", Name: "db", Namespace: "apps", State: enroll.StateFailed, Reason: "netns: the pod's IPs are not on any of its interfaces: 10.0.0.9"},
-		},
-		checkpointed: map[string]enroll.Record{
-			"adopting-uid":  {UID: "adopting-uid", NetnsInode: ino},
-			"elsewhere-uid": {UID: "elsewhere-uid", NetnsInode: ino + 1},
 		},
 	}
 	s, d := serve(t, v)
@@ -167,8 +161,8 @@ func TestHookAsksMeshlet(t *testing.T) {
 		{"the enrolled pod", state("web-uid"), gate.ExitAllowed, ""},
 		{"no pod UID: the namespace decides", state(""), gate.ExitAllowed, ""},
 		{"a pod meshlet never saw", state("ghost-uid"), gate.ExitRefused, "meshlet has not enrolled pod ghost-uid"},
-		{"a pod the previous meshlet enrolled here, not yet adopted", state("adopting-uid"), gate.ExitAllowed, ""},
-		{"a pod the previous meshlet enrolled elsewhere", state("elsewhere-uid"), gate.ExitRefused, "meshlet has not enrolled pod elsewhere-uid"},
+		{"a pod only the previous meshlet enrolled, not yet adopted", state("adopting-uid"), gate.ExitRefused, "has not yet found it running"},
+		{"a pod enrolled in another sandbox", state("replaced-uid"), gate.ExitRefused, "the container's sandbox sb1 is not the one pod apps/api is enrolled in (sb0)"},
 		{"a pod whose enrollment failed", state("failed-uid"), gate.ExitRefused, "pod apps/db is not in the mesh: failed (netns: the pod's IPs"},
 		{"a malformed state", []byte(`{"ociVersion":"1.2.1","id":"c"}`), gate.ExitRefused, "pid: missing"},
 	} {
@@ -182,6 +176,7 @@ func TestHookAsksMeshlet(t *testing.T) {
 	// The pod is enrolled, but in another namespace than the container's.
 	v.mu.Lock()
 	v.records["web-uid"] = enroll.Record{UID: "web-uid", Name: "web", Namespace: "apps", NetnsInode: ino + 1}
+	delete(v.records, "replaced-uid")
 	v.mu.Unlock()
 	code, stderr := runHook(s.Addr(), 2*time.Second, state("web-uid"))
 	if want := fmt.Sprintf("the container's network namespace (inode %d) is not the one pod apps/web is enrolled in (inode %d)", ino, ino+1); code != gate.ExitRefused || !strings.Contains(stderr, want) {
@@ -192,7 +187,7 @@ func TestHookAsksMeshlet(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	got := d.list()
-	want := []server.Decision{server.Allowed, server.Allowed, server.Refused, server.Allowed, server.Refused, server.Refused, server.Refused, server.Refused}
+	want := []server.Decision{server.Allowed, server.Allowed, server.Refused, server.Refused, server.Refused, server.Refused, server.Refused, server.Refused}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("decisions %v, want %v (the malformed state never reaches meshlet)", got, want)
 	}

@@ -1,0 +1,174 @@
+package enroll
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// TestReplacedSandboxEventsLeaveTheNewOne: the kubelet re-creates a pod's
+// sandbox (same UID, new sandbox and netns) and stops and removes the old
+// one later. The new sandbox's start releases the old enrollment; the old
+// sandbox's stop and removal then change nothing: the proxy's last word is
+// the Add of the new netns, its rules stay, the status stays enabled. The
+// new sandbox's own stop releases it.
+func TestReplacedSandboxEventsLeaveTheNewOne(t *testing.T) {
+	h := newHarness(t)
+	old, cur := h.sandbox("p", "sb-0", 1, meshOn), h.sandbox("p", "sb-1", 2, meshOn)
+	if _, err := h.core.Enroll(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	h.rec.take()
+	if res, err := h.core.Enroll(ctx, cur); err != nil || !res.Enrolled {
+		t.Fatalf("Enroll(new sandbox) = %+v, %v", res, err)
+	}
+	want := []string{"del p", "remove p inode=1 scope=host", "apply p inode=2 dns=true", "add p inode=2 sa=sa-name-p"}
+	if got := h.rec.take(); !slices.Equal(got, want) {
+		t.Fatalf("new sandbox: calls %q, want %q", got, want)
+	}
+	if err := h.core.Release(ctx, "p", "sb-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.core.Forget(ctx, "p", "sb-0"); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.rec.take(); len(got) != 0 {
+		t.Fatalf("the old sandbox's stop and removal made calls %q, want none", got)
+	}
+	rec, ok := h.core.Record("p")
+	if !ok || rec.SandboxID != "sb-1" || rec.NetnsInode != 2 || rec.NetnsCookie != 1<<32+2 {
+		t.Fatalf("record after the old sandbox went: %+v, %t; want sandbox sb-1, inode 2 and its cookie", rec, ok)
+	}
+	if st := h.status.of("p"); st[len(st)-1] != RedirectionEnabled {
+		t.Fatalf("status reports %v, want enabled last", st)
+	}
+	if !h.redir.has("p") {
+		t.Fatal("the pod's rules were removed")
+	}
+	if err := h.core.Release(ctx, "p", "sb-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.rec.take(), []string{"del p", "remove p inode=2 scope=host"}; !slices.Equal(got, want) {
+		t.Fatalf("the current sandbox's stop: calls %q, want %q", got, want)
+	}
+}
+
+// TestReconcileKeepsTheCurrentSandbox: a listing with a pod's old and new
+// sandbox, in either order, leaves the pod as it is in the new one; a
+// listing with only the old one (the new not yet known) takes it.
+func TestReconcileKeepsTheCurrentSandbox(t *testing.T) {
+	for _, order := range []string{"old first", "new first"} {
+		t.Run(order, func(t *testing.T) {
+			h := newHarness(t)
+			old, cur := h.sandbox("p", "sb-0", 1, meshOn), h.sandbox("p", "sb-1", 2, meshOn)
+			if _, err := h.core.Enroll(ctx, cur); err != nil {
+				t.Fatal(err)
+			}
+			h.rec.take()
+			listing := []Pod{old, cur}
+			if order == "new first" {
+				listing = []Pod{cur, old}
+			}
+			if err := h.core.Reconcile(ctx, listing); err != nil {
+				t.Fatal(err)
+			}
+			if got := h.rec.take(); len(got) != 0 {
+				t.Fatalf("calls %q, want none", got)
+			}
+			if st, _ := h.core.Status("p"); st.SandboxID != "sb-1" || st.State != StateEnrolled {
+				t.Fatalf("status %+v, want enrolled in sb-1", st)
+			}
+		})
+	}
+}
+
+// TestFailedNewSandboxIsNotEnrolled: when a pod's new sandbox cannot be
+// enrolled, the answer is about that sandbox (not enrolled, so the gate
+// refuses its containers), and the old sandbox's enrollment is gone with
+// it, its status removed.
+func TestFailedNewSandboxIsNotEnrolled(t *testing.T) {
+	h := newHarness(t)
+	if _, err := h.core.Enroll(ctx, h.sandbox("p", "sb-0", 1, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	cur := h.sandbox("p", "sb-1", 2, meshOn)
+	h.opener.withoutIPs[cur.NetnsPath] = true
+	res, err := h.core.Enroll(ctx, cur)
+	if err == nil || res.Enrolled {
+		t.Fatalf("Enroll(new sandbox without its IPs) = %+v, %v; want a failure, not enrolled", res, err)
+	}
+	if h.proxy.uids()["p"] {
+		t.Fatal("the proxy still has the old sandbox")
+	}
+	if st := h.status.of("p"); st[len(st)-1] != RedirectionRemoved {
+		t.Fatalf("status reports %v, want removed last", st)
+	}
+}
+
+// FuzzSandboxEvents: events for the sandboxes of one pod, with inodes the
+// kernel recycles among them, drawn by the fuzzer. Whatever the order, an
+// event for a sandbox other than the pod's current one (the last started)
+// changes nothing, and an enrolled pod's record names the current sandbox.
+func FuzzSandboxEvents(f *testing.F) {
+	f.Add([]byte{0x00, 0x11, 0x01, 0x10, 0x20, 0x31})
+	f.Add([]byte{0x00, 0x01, 0x21, 0x30, 0x22, 0x13})
+	f.Add([]byte{0x03, 0x02, 0x41, 0x40, 0x12, 0x00})
+	f.Fuzz(func(t *testing.T, ops []byte) {
+		if len(ops) > 64 {
+			return
+		}
+		h := newHarness(t)
+		current, forgot := "", false
+		for i, op := range ops {
+			sb := fmt.Sprintf("sb-%d", op&0x3)
+			pod := h.sandbox("p", sb, uint64(1+(op>>2)&0x1), meshOn) // two inodes for four sandboxes
+			before, hadRecord := h.core.Record("p")
+			stBefore, _ := h.core.Status("p")
+			h.rec.take()
+			switch kind := op >> 4 & 0x3; kind {
+			case 0:
+				current = sb
+				res, err := h.core.Enroll(ctx, pod)
+				if err != nil || !res.Enrolled {
+					t.Fatalf("op %d: Enroll(%s) = %+v, %v", i, sb, res, err)
+				}
+			case 1:
+				_ = h.core.Release(ctx, "p", sb)
+			case 2:
+				_ = h.core.Forget(ctx, "p", sb)
+				forgot = sb == current
+			case 3:
+				// The current sandbox listed with another, in either
+				// order; or, before any, this one alone.
+				listing := []Pod{pod}
+				if current == "" {
+					current = sb
+				} else if op&0x80 == 0 {
+					listing = append(listing, h.sandbox("p", current, 1, meshOn))
+				} else {
+					listing = append([]Pod{h.sandbox("p", current, 1, meshOn)}, listing...)
+				}
+				if err := h.core.Reconcile(ctx, listing); err != nil {
+					t.Fatalf("op %d: Reconcile: %v", i, err)
+				}
+			}
+			if kind := op >> 4 & 0x3; (kind == 1 || kind == 2) && sb != current && current != "" {
+				after, hasRecord := h.core.Record("p")
+				stAfter, _ := h.core.Status("p")
+				if calls := h.rec.take(); len(calls) != 0 || hasRecord != hadRecord || !sameRecord(after, before) || stAfter != stBefore {
+					t.Fatalf("op %d: an event for %s (current %s) changed the pod: calls %q, record %+v → %+v", i, sb, current, calls, before, after)
+				}
+			}
+			if rec, ok := h.core.Record("p"); ok && rec.SandboxID != current {
+				t.Fatalf("op %d: record names sandbox %s, current is %s", i, rec.SandboxID, current)
+			}
+			if forgot {
+				current, forgot = "", false // the core knows no sandbox of the pod now
+			}
+		}
+	})
+}
+
+func sameRecord(a, b Record) bool {
+	return a.sameEnrollment(&b) && a.SandboxID == b.SandboxID && a.NetnsCookie == b.NetnsCookie && a.Redirection == b.Redirection
+}

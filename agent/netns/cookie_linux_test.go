@@ -1,0 +1,68 @@
+package netns_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/meshlet/meshlet/agent/netns"
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
+	"github.com/meshlet/meshlet/internal/privtest"
+)
+
+// TestCookieTellsRecycledInodesApart: the kernel hands a freed namespace's
+// inode to a later one, so an inode alone cannot say whether a namespace
+// is the one recorded; their cookies differ. Namespaces are made and
+// dropped until an inode comes back (the kernel frees a namespace in the
+// background, within milliseconds here). An address dump reads the cookie
+// on the way.
+func TestCookieTellsRecycledInodesApart(t *testing.T) {
+	privtest.RequireRoot(t)
+	dir := t.TempDir()
+	cookies := map[uint64]uint64{} // inode → cookie of the first namespace that had it
+	seen := map[uint64]bool{}      // cookies
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		path := filepath.Join(dir, fmt.Sprint(i))
+		if err := netnstest.Create(path); err != nil {
+			t.Fatal(err)
+		}
+		h, err := netns.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			if err := h.HoldsAddrs(nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.PodAddrs(); err == nil {
+				t.Fatal("PodAddrs found an eth0 in an empty namespace")
+			}
+		}
+		c, err := h.Cookie()
+		if err != nil || c == 0 {
+			t.Fatalf("Cookie() = %d, %v; want a cookie", c, err)
+		}
+		if again, _ := h.Cookie(); again != c {
+			t.Fatalf("Cookie() changed from %d to %d", c, again)
+		}
+		_ = h.Close()
+		if err := netnstest.Destroy(path); err != nil {
+			t.Fatal(err)
+		}
+		if seen[c] {
+			t.Fatalf("cookie %d given to a second namespace", c)
+		}
+		seen[c] = true
+		if first, ok := cookies[h.Inode()]; ok {
+			t.Logf("inode %d recycled after %d namespaces: cookies %d and %d", h.Inode(), i, first, c)
+			return
+		}
+		cookies[h.Inode()] = c
+		if time.Now().After(deadline) {
+			t.Fatalf("no inode recycled in %d namespaces (%v): the kernel fact this test shows did not occur", i+1, cookies)
+		}
+		time.Sleep(20 * time.Millisecond) // the kernel frees a namespace in its cleanup work
+	}
+}
