@@ -20,7 +20,14 @@ const checkpointInterval = 2 * time.Second
 // checkpoint is set aside loudly and ignored; one of another format version
 // (an upgrade) is ignored and replaced at the first write. Either way every
 // running pod's rules are rewritten once, which is always correct.
-func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
+//
+// The records of another boot than bootID are dropped: the namespaces they
+// name died with that boot, and the kernel has since handed their inodes
+// and cookies to others; the pods the runtime runs now are enrolled
+// afresh. Records of an older meshlet, whose boot is not known, are kept:
+// the core adopts them only after checking each pod's addresses (see
+// enroll.Record), and the redirector keeps rules only where they are.
+func loadCheckpoint(dir, bootID string, logger klog.Logger) []enroll.Record {
 	if cut, err := state.RemoveCutWrites(dir); err != nil {
 		logger.Error(err, "Removing the temporary files of unfinished checkpoint writes", "files", cut)
 	} else if len(cut) > 0 {
@@ -38,6 +45,15 @@ func loadCheckpoint(dir string, logger klog.Logger) []enroll.Record {
 	}
 	if err != nil {
 		logger.Error(err, "Ignoring the checkpoint: every running pod's rules will be rewritten")
+		return nil
+	}
+	switch cp.BootID {
+	case bootID:
+	case "":
+		logger.Info("Checkpoint of an older meshlet: its pods are adopted once their addresses are checked", "pods", len(cp.Pods))
+	default:
+		logger.Info("Checkpoint of another boot ignored: its pods' network namespaces died with it, and the pods running now are enrolled afresh",
+			"checkpointBootID", cp.BootID, "bootID", bootID, "pods", len(cp.Pods))
 		return nil
 	}
 	logger.Info("Checkpoint loaded", "dir", dir, "pods", len(cp.Pods))
@@ -65,7 +81,7 @@ func recordUIDs(records []enroll.Record) []string {
 // disk and is retried at every tick; enrollments go on meanwhile. The
 // first failure is logged, repeats only at -v=2, and the write that
 // succeeds again says so; failed is called for each.
-func runCheckpointer(ctx context.Context, dir string, core *enroll.Core, failed func()) {
+func runCheckpointer(ctx context.Context, dir, bootID string, core *enroll.Core, failed func()) {
 	logger := klog.FromContext(ctx)
 	var written uint64 // the generation on disk; 0: the previous agent's file
 	failing := false
@@ -74,7 +90,7 @@ func runCheckpointer(ctx context.Context, dir string, core *enroll.Core, failed 
 			return
 		}
 		records, gen := core.Records()
-		if err := state.Save(dir, records); err != nil {
+		if err := state.Save(dir, bootID, records); err != nil {
 			failed()
 			if !failing {
 				logger.Error(err, "Writing the checkpoint failed, retrying every tick: enrollments go on, but a meshlet restarted meanwhile re-programs the pods the file on disk misses", "interval", checkpointInterval)

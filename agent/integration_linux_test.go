@@ -227,7 +227,11 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	// the previous agent handed it.
 	previous := []enroll.Record{{UID: "running", NetnsInode: 7, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.7")},
 		Redirection: "nftables/v1 ipv4 inbound-capture"}}
-	if err := state.Save(cfg.StateDir, previous); err != nil {
+	bootID, err := state.BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := state.Save(cfg.StateDir, bootID, previous); err != nil {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)

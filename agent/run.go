@@ -18,6 +18,7 @@ import (
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
@@ -197,7 +198,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	checkpointed := loadCheckpoint(cfg.StateDir, logger)
+	bootID, err := state.BootID()
+	if err != nil {
+		return fmt.Errorf("the checkpoint needs the kernel's boot ID: %w", err)
+	}
+	checkpointed := loadCheckpoint(cfg.StateDir, bootID, logger)
 	var m *metrics
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
 		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
@@ -336,7 +341,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
-		runCheckpointer(ctx, cfg.StateDir, core, m.checkpointFailures.Inc)
+		runCheckpointer(ctx, cfg.StateDir, bootID, core, m.checkpointFailures.Inc)
 		return nil
 	})
 	var daemonSet *kube.DaemonSetWatch

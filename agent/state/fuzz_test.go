@@ -16,6 +16,8 @@ func FuzzParse(f *testing.F) {
 		`{"version":1,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"],"dnsCapture":true}]}`,
 		`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"]},{"uid":"a","netnsInode":2,"ips":["192.0.2.2"]}]}`,
 		`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":[""]}]}`,
+		`{"version":3,"bootID":"b1","pods":[{"uid":"a","sandboxID":"s","netnsInode":1,"netnsCookie":9,"ips":["192.0.2.1"]}]}`,
+		`{"version":3,"pods":[]}`,
 		`{`, `null`, ``,
 	} {
 		f.Add([]byte(seed))
@@ -24,6 +26,9 @@ func FuzzParse(f *testing.F) {
 		cp, err := parse(b)
 		if err != nil {
 			return
+		}
+		if cp.Version == Version && cp.BootID == "" {
+			t.Fatalf("accepted a version %d checkpoint without a boot ID", Version)
 		}
 		seen := map[string]bool{}
 		for _, p := range cp.Pods {

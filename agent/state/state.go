@@ -22,18 +22,42 @@ import (
 	"github.com/meshlet/meshlet/internal/atomicfile"
 )
 
-// Version is the checkpoint format version this code reads and writes.
-// Version 1 (flat per-pod options) is not read: a meshlet upgraded from it
-// rewrites every running pod's rules once.
-const Version = 2
+// Version is the checkpoint format version this code writes. It reads
+// version 2 too (no boot ID, records without sandbox IDs or cookies: see
+// Checkpoint.BootID). Version 1 (flat per-pod options) is not read: a
+// meshlet upgraded from it rewrites every running pod's rules once.
+const Version = 3
+
+// oldestVersion is the oldest version this code reads.
+const oldestVersion = 2
 
 // FileName is the checkpoint's name inside the state directory.
 const FileName = "checkpoint.json"
 
 // Checkpoint is the file's content.
 type Checkpoint struct {
-	Version int             `json:"version"`
-	Pods    []enroll.Record `json:"pods"`
+	Version int `json:"version"`
+	// BootID is the boot the records were written in (BootID). Records of
+	// another boot name namespaces that died with it, whose inodes and
+	// cookies the kernel hands out again. Empty: not known (version 2).
+	BootID string          `json:"bootID,omitempty"`
+	Pods   []enroll.Record `json:"pods"`
+}
+
+// bootIDFile holds the kernel's random ID of the current boot.
+const bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+// BootID returns the ID the kernel drew for this boot.
+func BootID() (string, error) {
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return "", fmt.Errorf("boot ID: %w", err)
+	}
+	id := strings.TrimSpace(string(b))
+	if id == "" {
+		return "", fmt.Errorf("boot ID: %s is empty", bootIDFile)
+	}
+	return id, nil
 }
 
 // ErrCorrupt marks a checkpoint that exists but cannot be used.
@@ -73,8 +97,11 @@ func parse(b []byte) (Checkpoint, error) {
 	if err := json.Unmarshal(b, &cp); err != nil {
 		return Checkpoint{}, err
 	}
-	if cp.Version != Version {
-		return Checkpoint{}, fmt.Errorf("%w: version %d, this meshlet reads version %d", ErrOtherVersion, cp.Version, Version)
+	if cp.Version < oldestVersion || cp.Version > Version {
+		return Checkpoint{}, fmt.Errorf("%w: version %d, this meshlet reads versions %d to %d", ErrOtherVersion, cp.Version, oldestVersion, Version)
+	}
+	if cp.Version == Version && cp.BootID == "" {
+		return Checkpoint{}, errors.New("bootID: missing")
 	}
 	seen := make(map[string]bool, len(cp.Pods))
 	for i, p := range cp.Pods {
@@ -98,10 +125,13 @@ func parse(b []byte) (Checkpoint, error) {
 	return cp, nil
 }
 
-// Save writes the records atomically, sorted by UID: a temporary file in
-// dir, synced, then renamed over the old one.
-func Save(dir string, records []enroll.Record) error {
-	cp := Checkpoint{Version: Version, Pods: slices.SortedFunc(slices.Values(records), byUID)}
+// Save writes the records, of the boot bootID, atomically, sorted by UID:
+// a temporary file in dir, synced, then renamed over the old one.
+func Save(dir, bootID string, records []enroll.Record) error {
+	if bootID == "" {
+		return errors.New("checkpoint: no boot ID")
+	}
+	cp := Checkpoint{Version: Version, BootID: bootID, Pods: slices.SortedFunc(slices.Values(records), byUID)}
 	if cp.Pods == nil {
 		cp.Pods = []enroll.Record{}
 	}

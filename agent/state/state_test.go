@@ -16,19 +16,19 @@ import (
 func TestSaveLoadRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	records := []enroll.Record{
-		{UID: "b", Name: "p2", Namespace: "n", ServiceAccount: "sa", NetnsInode: 2, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")},
+		{UID: "b", SandboxID: "sb-b", Name: "p2", Namespace: "n", ServiceAccount: "sa", NetnsInode: 2, NetnsCookie: 77, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.2")},
 			Settings: enroll.Settings{DNSCapture: true}, Redirection: "nftables/v1 ipv4 dns-capture inbound-capture"},
 		{UID: "a", Name: "p1", Namespace: "n", ServiceAccount: "default", NetnsInode: 1, IPs: []netip.Addr{netip.MustParseAddr("2001:db8::1")},
 			Settings: enroll.Settings{BypassInbound: true}, Redirection: "iptables/v1 ipv6"},
 	}
-	if err := Save(dir, records); err != nil {
+	if err := Save(dir, "boot-1", records); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Load(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Version != Version || len(got.Pods) != 2 || !reflect.DeepEqual(got.Pods[0], records[1]) || !reflect.DeepEqual(got.Pods[1], records[0]) {
+	if got.Version != Version || got.BootID != "boot-1" || len(got.Pods) != 2 || !reflect.DeepEqual(got.Pods[0], records[1]) || !reflect.DeepEqual(got.Pods[1], records[0]) {
 		t.Fatalf("round trip (sorted by uid): %+v", got)
 	}
 	ents, _ := os.ReadDir(dir)
@@ -54,6 +54,7 @@ func TestCorruptIsRefusedLoudly(t *testing.T) {
 		"empty address":  {`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":[""]}]}`, "ips[0] is empty"},
 		"bad address":    {`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":["not-an-ip"]}]}`, "not-an-ip"},
 		"duplicate uids": {`{"version":2,"pods":[{` + pod + `},{` + pod + `}]}`, "pods[1]: uid a appears twice"},
+		"no boot ID":     {`{"version":3,"pods":[{` + pod + `}]}`, "bootID: missing"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -69,6 +70,25 @@ func TestCorruptIsRefusedLoudly(t *testing.T) {
 	}
 }
 
+// TestVersion2IsRead: the checkpoint of the meshlet before boot IDs is
+// read, its boot not known; a file without a boot ID is never written.
+func TestVersion2IsRead(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"]}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := Load(dir)
+	if err != nil || cp.BootID != "" || len(cp.Pods) != 1 || cp.Pods[0].SandboxID != "" {
+		t.Fatalf("Load(version 2) = %+v, %v", cp, err)
+	}
+	if err := Save(dir, "", cp.Pods); err == nil {
+		t.Fatal("Save without a boot ID succeeded")
+	}
+	if id, err := BootID(); err != nil || len(id) != 36 {
+		t.Fatalf("BootID() = %q, %v; want the kernel's UUID", id, err)
+	}
+}
+
 // TestOtherVersionIsNotCorrupt: a checkpoint an older (or newer) meshlet
 // wrote is refused as such, not as a corrupt file.
 func TestOtherVersionIsNotCorrupt(t *testing.T) {
@@ -77,7 +97,7 @@ func TestOtherVersionIsNotCorrupt(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := Load(dir)
-	if !errors.Is(err, ErrOtherVersion) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version 1, this meshlet reads version 2") {
+	if !errors.Is(err, ErrOtherVersion) || errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "version 1, this meshlet reads versions 2 to 3") {
 		t.Fatalf("Load = %v, want ErrOtherVersion naming both versions", err)
 	}
 }
@@ -118,7 +138,7 @@ func TestSetAsideKeepsEveryCorruptFile(t *testing.T) {
 func TestRemoveCutWrites(t *testing.T) {
 	dir := t.TempDir()
 	records := []enroll.Record{{UID: "a", Name: "p", Namespace: "n", NetnsInode: 1, IPs: []netip.Addr{netip.MustParseAddr("192.0.2.1")}, Redirection: "nftables/v1 ipv4"}}
-	if err := Save(dir, records); err != nil {
+	if err := Save(dir, "boot-1", records); err != nil {
 		t.Fatal(err)
 	}
 	full, err := os.ReadFile(filepath.Join(dir, FileName))

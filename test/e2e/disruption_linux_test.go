@@ -332,7 +332,7 @@ func dropFromCheckpoint(dir, uid string) error {
 	if len(kept) == len(cp.Pods) {
 		return fmt.Errorf("pod %s is not in the checkpoint", uid)
 	}
-	return state.Save(dir, kept)
+	return state.Save(dir, cp.BootID, kept)
 }
 
 // leaveCutWrite leaves in dir what a meshlet killed in the middle of a
