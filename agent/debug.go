@@ -36,9 +36,11 @@ type debugPods struct {
 }
 
 type debugPod struct {
-	Namespace  string    `json:"namespace"`
-	Name       string    `json:"name"`
-	UID        string    `json:"uid"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// Sandbox is the runtime's ID of the pod's current sandbox.
+	Sandbox    string    `json:"sandbox,omitempty"`
 	State      string    `json:"state"`
 	Since      time.Time `json:"since"`
 	Reason     string    `json:"reason,omitempty"`
@@ -86,7 +88,7 @@ func debugHandler(node string, revision func() (string, []string), mode func() s
 		out.Revision, out.RevisionTags = revision()
 		refused := zt.RefusedPods()
 		for _, p := range core.Pods() {
-			d := debugPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, State: p.State.String(), Since: p.Since,
+			d := debugPod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Sandbox: p.SandboxID, State: p.State.String(), Since: p.Since,
 				Reason: p.Reason, NetnsInode: p.NetnsInode, Retries: p.Retries, RetryAt: p.RetryAt, LastError: p.LastError}
 			if r, ok := core.Record(p.UID); ok && p.State == enroll.StateEnrolled {
 				d.Redirection = r.Redirection

@@ -52,16 +52,19 @@ func (e *Env) criWithin(timeout time.Duration, what string, call func(context.Co
 // PodSpec describes a pod sandbox to run through CRI.
 type PodSpec struct {
 	Name, Namespace, UID string
-	Labels               map[string]string
-	Annotations          map[string]string
-	HostNetwork          bool
+	// Attempt numbers the pod's sandboxes, as the kubelet does when it
+	// re-creates one (same UID, attempt+1).
+	Attempt     uint32
+	Labels      map[string]string
+	Annotations map[string]string
+	HostNetwork bool
 }
 
 // sandboxConfig is the sandbox a PodSpec describes; the runtime is given
 // it again with each of the pod's containers, as the kubelet does.
 func (e *Env) sandboxConfig(p PodSpec) *runtimeapi.PodSandboxConfig {
 	cfg := &runtimeapi.PodSandboxConfig{
-		Metadata:     &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: p.UID},
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: p.Name, Namespace: p.Namespace, Uid: p.UID, Attempt: p.Attempt},
 		Labels:       p.Labels,
 		Annotations:  p.Annotations,
 		LogDirectory: e.path("logs", "pods", p.UID),
