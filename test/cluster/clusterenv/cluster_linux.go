@@ -51,7 +51,12 @@ type Options struct {
 	// KubeletCrashLoopBackOffMax feature), for tests that wait for a
 	// container refused at start to be tried again.
 	MaxContainerRestartPeriod time.Duration
-	Logf                      func(format string, args ...any)
+	// KeepNoDeadContainers has the kubelet's garbage collection remove
+	// every exited container (it keeps one per container otherwise), so
+	// that a replaced sandbox, left without containers, is removed at its
+	// next pass (every minute), as on a node under disk pressure.
+	KeepNoDeadContainers bool
+	Logf                 func(format string, args ...any)
 }
 
 // featureGates is Options.FeatureGates as a --feature-gates value.
@@ -264,8 +269,13 @@ imageGCLowThresholdPercent: 99
 		_ = exec.Command("umount", "-R", "-l", root).Run()
 		return nil
 	})
-	return c.start("kubelet", append(c.opts.featureGates(), "--config", cfgPath, "--kubeconfig", kubeconfig,
-		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))...)
+	args := append(c.opts.featureGates(), "--config", cfgPath, "--kubeconfig", kubeconfig,
+		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))
+	if c.opts.KeepNoDeadContainers {
+		// Deprecated, and the only way: KubeletConfiguration has no field.
+		args = append(args, "--maximum-dead-containers-per-container=0")
+	}
+	return c.start("kubelet", args...)
 }
 
 // start runs a component inside the namespace, logging to Dir/<name>.log.
