@@ -39,7 +39,7 @@ E2E=github.com/meshlet/meshlet/test/e2e
 # The end-to-end tests that need only containerd (and Debian's CNI plugins).
 RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit|TestNoMeshConnectionDropped)$'
 # The end-to-end tests run on every runtime (onEachRuntime).
-MATRIX_TESTS='^(TestMeshPodLifecycle|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate)$'
+MATRIX_TESTS='^(TestMeshPodLifecycle|TestReplacedSandbox|TestSynchronizeWithReplacedSandboxes|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate)$'
 
 # stamp WHAT... notes on stderr how long into the run WHAT happened: the
 # log of a slow run says which phase was slow.
