@@ -198,7 +198,7 @@ func printStatus(w io.Writer, v debugPods, now time.Time) error {
 	}
 	fmt.Fprintf(w, "node %s%s, mode %s, %d ztunnel connection(s), %d pod(s)\n\n", v.Node, revision, v.Mode, v.ZtunnelConnections, len(v.Pods))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tNETNS\tREDIRECTION\tZTUNNEL\tRETRY")
+	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tSANDBOX\tNETNS\tREDIRECTION\tZTUNNEL\tRETRY")
 	for _, p := range v.Pods {
 		netns := "-"
 		if p.NetnsInode != 0 {
@@ -208,10 +208,18 @@ func printStatus(w io.Writer, v debugPods, now time.Time) error {
 		if p.Retries > 0 {
 			retry = fmt.Sprintf("%d failed, next in %s: %s", p.Retries, age(max(p.RetryAt.Sub(now), 0)), p.LastError)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.State, age(now.Sub(p.Since)),
-			dash(p.Reason), netns, dash(p.Redirection), dash(p.Ztunnel), retry)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.State, age(now.Sub(p.Since)),
+			dash(p.Reason), dash(shortID(p.Sandbox)), netns, dash(p.Redirection), dash(p.Ztunnel), retry)
 	}
 	return errors.Join(tw.Flush())
+}
+
+// shortID is a runtime ID as crictl shows it: its first 13 characters.
+func shortID(id string) string {
+	if len(id) > 13 {
+		return id[:13]
+	}
+	return id
 }
 
 func dash(s string) string {

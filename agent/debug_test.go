@@ -21,7 +21,7 @@ type fakePods struct{}
 func (fakePods) Pods() []enroll.PodStatus {
 	since := time.Now().Add(-90 * time.Second)
 	return []enroll.PodStatus{
-		{UID: "u2", Name: "web", Namespace: "shop", State: enroll.StateEnrolled, NetnsInode: 4026532000, Since: since},
+		{UID: "u2", SandboxID: "9e8d7c6b5a4f3210fedcba", Name: "web", Namespace: "shop", State: enroll.StateEnrolled, NetnsInode: 4026532000, Since: since},
 		{UID: "u1", Name: "db", Namespace: "legacy", State: enroll.StateSkipped, Reason: "not-selected", Since: since},
 		{UID: "u3", Name: "cart", Namespace: "shop", State: enroll.StateEnrolled, NetnsInode: 4026532001, Since: since,
 			Retries: 3, RetryAt: time.Now().Add(4 * time.Minute), LastError: "redirect: nftables: apply table inet meshlet: no buffer space"},
@@ -57,7 +57,7 @@ func TestDebugPodsAndStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v.Node != "node-a" || v.Mode != "nri" || len(v.Pods) != 3 || v.Pods[0].Name != "db" || v.Pods[2].Ztunnel != "acked" ||
-		v.Pods[2].Redirection != "nftables/v1 ipv4 inbound-capture" || v.Pods[0].Ztunnel != "" {
+		v.Pods[2].Redirection != "nftables/v1 ipv4 inbound-capture" || v.Pods[0].Ztunnel != "" || v.Pods[2].Sandbox != "9e8d7c6b5a4f3210fedcba" {
 		t.Fatalf("/debug/pods = %+v", v)
 	}
 	if cart := v.Pods[1]; cart.Name != "cart" || cart.Ztunnel != "refused: failed to create inpod proxy" || cart.Retries != 3 || !strings.Contains(cart.LastError, "no buffer space") {
@@ -79,7 +79,7 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	if err := Status(context.Background(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 3 pod(s)", "NAMESPACE", "shop", "web", "enrolled", "1m", "4026532000", "acked", "not-selected",
+	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 3 pod(s)", "NAMESPACE", "SANDBOX", "shop", "web", "enrolled", "1m", "9e8d7c6b5a4f3 ", "4026532000", "acked", "not-selected",
 		"refused: failed to create inpod proxy", "3 failed, next in 3m: redirect: nftables",
 		"settings: dnsCapture=false ipv6=true excludedNamespaces=kube-system,batch", "enrollTimeout=1.5s logVerbosity=2",
 		"configmap meshlet-system/meshlet-settings: invalid (resourceVersion 12), gives dnsCapture,excludedNamespaces", "settings.yaml: dnsCapture: invalid"} {
