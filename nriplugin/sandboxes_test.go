@@ -2,6 +2,7 @@ package nriplugin
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -83,4 +84,57 @@ func TestHostNetworkSandboxRuns(t *testing.T) {
 	if len(core.enrolled) != 1 || !core.enrolled[0].HostNetwork {
 		t.Fatalf("enrolled %+v, want the host-network pod", core.enrolled)
 	}
+}
+
+// FuzzRunningSandboxes: listings of up to eight sandboxes of three pods,
+// each with or without a pause process and a namespace, drawn by the
+// fuzzer. The sandboxes kept are the listing's own, one per pod; none is
+// stopped; every pod with a sandbox that is not stopped keeps one, with a
+// pause process if any of its sandboxes has one.
+func FuzzRunningSandboxes(f *testing.F) {
+	f.Add([]byte{0x00, 0x11, 0x22, 0x13}, byte(1))
+	f.Add([]byte{0x07, 0x07, 0x17, 0x27, 0x05}, byte(0))
+	f.Fuzz(func(t *testing.T, raw []byte, current byte) {
+		if len(raw) > 8 {
+			raw = raw[:8]
+		}
+		exists := filepath.Join(t.TempDir(), "netns")
+		if err := os.WriteFile(exists, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var listing []*api.PodSandbox
+		for i, b := range raw {
+			uid := fmt.Sprint("p", b%3)
+			netns := []string{"", exists, exists + "-gone"}[(b>>2)%3]
+			s := sandbox(uid, netns, "10.0.0.1")
+			s.Id = fmt.Sprint("sb", i)
+			if b&0x10 == 0 {
+				s.Pid = 0
+			}
+			listing = append(listing, s)
+		}
+		kept := runningSandboxes(context.Background(), slices.Clone(listing), func(string) string { return fmt.Sprint("sb", current%8) })
+		seen := map[string]bool{}
+		for _, s := range kept {
+			if seen[s.GetUid()] || !slices.Contains(listing, s) || stopped(s) {
+				t.Fatalf("kept %v of %v: a pod twice, a sandbox not listed, or a stopped one", kept, listing)
+			}
+			seen[s.GetUid()] = true
+		}
+		for _, s := range listing {
+			if stopped(s) {
+				continue
+			}
+			if !seen[s.GetUid()] {
+				t.Fatalf("pod %s has a sandbox that runs (%s) and none was kept", s.GetUid(), s.GetId())
+			}
+			if s.GetPid() != 0 {
+				for _, k := range kept {
+					if k.GetUid() == s.GetUid() && k.GetPid() == 0 {
+						t.Fatalf("pod %s: kept %s without a pause process over %s with one", s.GetUid(), k.GetId(), s.GetId())
+					}
+				}
+			}
+		}
+	})
 }
