@@ -34,9 +34,9 @@ func TestMain(m *testing.M) {
 // the server reads: a map of records and states, so that each test names
 // the pods it needs. The end-to-end tests answer from the real core.
 type view struct {
-	mu           sync.Mutex
-	records      map[string]enroll.Record
-	states       map[string]enroll.PodStatus
+	mu      sync.Mutex
+	records map[string]enroll.Record
+	states  map[string]enroll.PodStatus
 }
 
 func (v *view) Record(uid string) (enroll.Record, bool) {
