@@ -50,7 +50,7 @@ func BenchmarkEnrollSerial(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
-		p := enroll.Pod{UID: fmt.Sprintf("uid-%d", i), Name: fmt.Sprintf("p-%d", i), Namespace: "app", Labels: ambient,
+		p := enroll.Pod{UID: fmt.Sprintf("uid-%d", i), SandboxID: fmt.Sprintf("sandbox-%d", i), Name: fmt.Sprintf("p-%d", i), Namespace: "app", Labels: ambient,
 			NetnsPath: netnstest.NewWithAddrs(b, ip), IPs: []netip.Addr{ip}}
 		b.StartTimer()
 		start := time.Now()

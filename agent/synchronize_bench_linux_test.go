@@ -52,7 +52,7 @@ func benchSynchronize(b *testing.B, n int) {
 	uids := make([]string, n)
 	for i := range pods {
 		ip := netip.AddrFrom4([4]byte{10, 2, byte(i >> 8), byte(i)})
-		pods[i] = enroll.Pod{UID: fmt.Sprintf("uid-%d", i), Name: fmt.Sprintf("p-%d", i), Namespace: "app", Labels: ambient,
+		pods[i] = enroll.Pod{UID: fmt.Sprintf("uid-%d", i), SandboxID: fmt.Sprintf("sandbox-%d", i), Name: fmt.Sprintf("p-%d", i), Namespace: "app", Labels: ambient,
 			NetnsPath: netnstest.NewWithAddrs(b, ip), IPs: []netip.Addr{ip}}
 		uids[i] = pods[i].UID
 		if _, err := first.core.Enroll(ctx, pods[i]); err != nil {
