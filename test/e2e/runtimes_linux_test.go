@@ -267,5 +267,3 @@ func (p enrolledPod) RecordInNetns(inode uint64) (enroll.Record, bool) {
 func (p enrolledPod) Status(uid string) (enroll.PodStatus, bool) {
 	return enroll.PodStatus{}, false
 }
-
-func (p enrolledPod) CheckpointedRecord(string) (enroll.Record, bool) { return enroll.Record{}, false }
