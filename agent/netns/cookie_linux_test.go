@@ -1,8 +1,11 @@
 package netns_test
 
 import (
+	"errors"
 	"fmt"
+	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,7 +19,7 @@ import (
 // is the one recorded; their cookies differ. Namespaces are made and
 // dropped until an inode comes back (the kernel frees a namespace in the
 // background, within milliseconds here). An address dump reads the cookie
-// on the way.
+// on the way and keeps it.
 func TestCookieTellsRecycledInodesApart(t *testing.T) {
 	privtest.RequireRoot(t)
 	dir := t.TempDir()
@@ -33,11 +36,15 @@ func TestCookieTellsRecycledInodesApart(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%2 == 1 {
-			if err := h.HoldsAddrs(nil); err != nil {
-				t.Fatal(err)
-			}
 			if _, err := h.PodAddrs(); err == nil {
 				t.Fatal("PodAddrs found an eth0 in an empty namespace")
+			}
+			// The dump kept the cookie: no read follows.
+			restore := netns.SetThreadCookie(func() (uint64, error) { return 0, errors.New("read again") })
+			c, err := h.Cookie()
+			restore()
+			if err != nil || c == 0 {
+				t.Fatalf("Cookie() after an address dump = %d, %v; want the cookie the dump read", c, err)
 			}
 		}
 		c, err := h.Cookie()
@@ -64,6 +71,32 @@ func TestCookieTellsRecycledInodesApart(t *testing.T) {
 			t.Fatalf("no inode recycled in %d namespaces (%v): the kernel fact this test shows did not occur", i+1, cookies)
 		}
 		time.Sleep(20 * time.Millisecond) // the kernel frees a namespace in its cleanup work
+	}
+}
+
+// TestKernelWithoutCookies: before Linux 5.14 there are no cookies; a
+// namespace's addresses are read all the same, and Cookie says why it has
+// none (the core then names the namespace by sandbox and inode).
+func TestKernelWithoutCookies(t *testing.T) {
+	privtest.RequireRoot(t)
+	ip := netip.MustParseAddr("10.77.0.9")
+	path := netnstest.NewWithAddrs(t, ip)
+	defer netns.SetThreadCookie(func() (uint64, error) {
+		return 0, errors.New("getsockopt SO_NETNS_COOKIE (Linux ≥ 5.14): protocol not available")
+	})()
+	h, err := netns.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if err := h.HoldsAddrs([]netip.Addr{ip}); err != nil {
+		t.Fatalf("HoldsAddrs on a kernel without cookies: %v", err)
+	}
+	if got, err := h.PodAddrs(); err != nil || len(got) != 1 || got[0] != ip {
+		t.Fatalf("PodAddrs on a kernel without cookies = %v, %v; want [%s]", got, err, ip)
+	}
+	if c, err := h.Cookie(); err == nil || c != 0 || !strings.Contains(err.Error(), "SO_NETNS_COOKIE") {
+		t.Fatalf("Cookie() = %d, %v; want an error naming SO_NETNS_COOKIE", c, err)
 	}
 }
 
