@@ -21,7 +21,8 @@ type Core interface {
 	Forget(ctx context.Context, uid, sandboxID string) error
 	Reconcile(ctx context.Context, pods []enroll.Pod) error
 	Status(uid string) (enroll.PodStatus, bool)
-	CheckpointedRecord(uid string) (enroll.Record, bool)
+	Holds(uid, sandboxID string) bool
+	CurrentSandbox(uid string) string
 }
 
 var _ Core = (*enroll.Core)(nil)
@@ -158,10 +159,7 @@ func (p *Plugin) Configure(ctx context.Context, _, runtime, version string) (api
 // plugin from registering and leave every new pod unserved.
 func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _ []*api.Container) ([]*api.ContainerUpdate, error) {
 	logger := klog.FromContext(ctx)
-	sandboxes = runningSandboxes(ctx, sandboxes, func(uid string) string {
-		st, _ := p.core.Status(uid)
-		return st.SandboxID
-	})
+	sandboxes = runningSandboxes(ctx, sandboxes, p.core.CurrentSandbox)
 	pods := make([]enroll.Pod, 0, len(sandboxes))
 	known := map[string]bool{}
 	for _, sb := range sandboxes {
@@ -171,10 +169,7 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 		}
 		// Enrolled by this meshlet, or by the previous one (adopted now):
 		// either way it did not start unmeshed.
-		st, ok := p.core.Status(pod.UID)
-		cp, inherited := p.core.CheckpointedRecord(pod.UID)
-		known[pod.UID] = ok && st.State == enroll.StateEnrolled && enroll.SameSandbox(st.SandboxID, pod.SandboxID) ||
-			inherited && enroll.SameSandbox(cp.SandboxID, pod.SandboxID)
+		known[pod.UID] = p.core.Holds(pod.UID, pod.SandboxID)
 		pods = append(pods, pod)
 	}
 	err := p.core.Reconcile(ctx, pods)

@@ -20,7 +20,7 @@ type fakeCore struct {
 	mu           sync.Mutex
 	enrollErr    error
 	status       map[string]enroll.PodStatus
-	checkpointed map[string]bool
+	checkpointed map[string]string // UID → the sandbox of the previous meshlet's record
 	enrolled     []enroll.Pod
 	deadline     time.Duration
 	released     []string
@@ -36,7 +36,7 @@ func (f *fakeCore) Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, e
 	if f.enrollErr != nil {
 		return enroll.Result{}, f.enrollErr
 	}
-	f.status[pod.UID] = enroll.PodStatus{UID: pod.UID, State: enroll.StateEnrolled}
+	f.status[pod.UID] = enroll.PodStatus{UID: pod.UID, SandboxID: pod.SandboxID, State: enroll.StateEnrolled}
 	return enroll.Result{Enrolled: true, Changed: true}, nil
 }
 func (f *fakeCore) Release(_ context.Context, uid, _ string) error {
@@ -52,10 +52,23 @@ func (f *fakeCore) Reconcile(ctx context.Context, pods []enroll.Pod) error {
 	}
 	return nil
 }
-func (f *fakeCore) CheckpointedRecord(uid string) (enroll.Record, bool) {
+func (f *fakeCore) Holds(uid, sandboxID string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return enroll.Record{UID: uid}, f.checkpointed[uid]
+	if st, ok := f.status[uid]; ok && st.State == enroll.StateEnrolled && enroll.SameSandbox(st.SandboxID, sandboxID) {
+		return true
+	}
+	cp, ok := f.checkpointed[uid]
+	return ok && enroll.SameSandbox(cp, sandboxID)
+}
+
+func (f *fakeCore) CurrentSandbox(uid string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if st := f.status[uid]; st.SandboxID != "" {
+		return st.SandboxID
+	}
+	return f.checkpointed[uid]
 }
 
 func (f *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
@@ -165,17 +178,20 @@ func TestSynchronizeCountsLateEnrollments(t *testing.T) {
 	p, core, m := newPlugin()
 	after := 0
 	p.cfg.AfterSynchronize = func(context.Context) { after++ }
-	core.status["known"] = enroll.PodStatus{UID: "known", State: enroll.StateEnrolled}
-	// Enrolled by the previous meshlet: adopted, not late.
-	core.checkpointed = map[string]bool{"adopted": true}
+	core.status["known"] = enroll.PodStatus{UID: "known", SandboxID: "sb-known", State: enroll.StateEnrolled}
+	core.status["recreated"] = enroll.PodStatus{UID: "recreated", SandboxID: "sb-before", State: enroll.StateEnrolled}
+	// Enrolled by the previous meshlet: adopted, not late; unless the
+	// sandbox it enrolled is not the one that runs now.
+	core.checkpointed = map[string]string{"adopted": "sb-adopted", "replaced": "sb-before"}
 	_, err := p.Synchronize(context.Background(), []*api.PodSandbox{
 		sandbox("known", "/netns/k", "10.0.0.1"), sandbox("late", "/netns/l", "10.0.0.2"), sandbox("adopted", "/netns/a", "10.0.0.3"),
+		sandbox("replaced", "/netns/r", "10.0.0.4"), sandbox("recreated", "/netns/c", "10.0.0.5"),
 	}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.late != 1 || !m.connected || !p.Connected() {
-		t.Fatalf("late %d connected %t/%t, want 1 late and connected", m.late, m.connected, p.Connected())
+	if m.late != 3 || !m.connected || !p.Connected() {
+		t.Fatalf("late %d connected %t/%t, want 3 late (late, replaced, recreated) and connected", m.late, m.connected, p.Connected())
 	}
 	if after != 1 {
 		t.Fatalf("AfterSynchronize ran %d times, want once", after)

@@ -141,6 +141,14 @@ type slot struct {
 	// retry is the pod's pending retry, if its last convergence failed
 	// while it ran.
 	retry retryState
+	// reported is the redirection status last reported for the pod.
+	reported RedirectionStatus
+}
+
+// report tells the status port the pod's redirection status.
+func (c *Core) report(s *slot, st RedirectionStatus) {
+	s.reported = st
+	c.ports.Status.Report(s.ref(), st)
 }
 
 // New returns a core driving ports.
@@ -202,8 +210,8 @@ func (c *Core) enroll(ctx context.Context, pod Pod, h Handover) (Result, error) 
 	replaced := c.replaceSandbox(ctx, s, &pod)
 	s.pod = pod
 	res, err := c.converge(ctx, s, h)
-	if replaced && !res.Enrolled {
-		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+	if replaced && !res.Enrolled && s.reported != RedirectionRemoved {
+		c.report(s, RedirectionRemoved)
 	}
 	c.noted(ctx, s, h, err)
 	return res, err
@@ -252,7 +260,7 @@ func (c *Core) Release(ctx context.Context, uid, sandboxID string) error {
 	if enrolled {
 		// The status outlives the sandbox; a new sandbox of the pod is
 		// decided afresh (another revision's meshlet may take it).
-		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		c.report(s, RedirectionRemoved)
 	}
 	return err
 }
@@ -406,7 +414,7 @@ func (c *Core) oneSandboxEach(ctx context.Context, pods []Pod) []Pod {
 			continue
 		}
 		keep, drop := p, out[j]
-		if st, ok := c.Status(p.UID); ok && st.SandboxID != "" && st.SandboxID == drop.SandboxID {
+		if cur := c.CurrentSandbox(p.UID); cur != "" && cur == drop.SandboxID {
 			keep, drop = drop, p
 		}
 		out[j] = keep
@@ -526,25 +534,34 @@ func (c *Core) RecordInNetns(inode uint64) (Record, bool) {
 	return Record{}, false
 }
 
-// Checkpointed reports whether a previous agent's checkpoint holds a
-// record of the pod that no pod has claimed yet: a running pod it names
-// was enrolled before this agent started, so enrolling it now is an
-// adoption, not a late enrollment.
-func (c *Core) Checkpointed(uid string) bool {
-	_, ok := c.CheckpointedRecord(uid)
-	return ok
+// Holds reports whether the pod is enrolled in sandbox sandboxID ("" and
+// a record without one match any): by this agent, or by the previous one,
+// whose checkpointed record no pod has claimed yet. A running pod it holds
+// was enrolled when it started; enrolling it now is an adoption, not a
+// late enrollment.
+func (c *Core) Holds(uid, sandboxID string) bool {
+	if st, ok := c.Status(uid); ok && st.State == StateEnrolled && SameSandbox(st.SandboxID, sandboxID) {
+		return true
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	r := c.checkpointed[uid]
+	return r != nil && SameSandbox(r.SandboxID, sandboxID)
 }
 
-// CheckpointedRecord is the previous agent's record of a pod that no pod
-// has claimed yet (see Checkpointed). Its IPs slice is shared with the
-// core: do not modify it.
-func (c *Core) CheckpointedRecord(uid string) (Record, bool) {
+// CurrentSandbox is the sandbox the core has the pod in: the one its
+// state names, else the one the previous agent's unclaimed record names
+// (right after a restart); "" if neither names one.
+func (c *Core) CurrentSandbox(uid string) string {
+	if st, ok := c.Status(uid); ok && st.SandboxID != "" {
+		return st.SandboxID
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if r := c.checkpointed[uid]; r != nil {
-		return *r, true
+		return r.SandboxID
 	}
-	return Record{}, false
+	return ""
 }
 
 // Generation moves whenever what a checkpoint should hold changed: a record
@@ -739,9 +756,9 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 		rec.NetnsCookie = c.cookie(ctx, pod, ns)
 		adopting = cp.provenSame(&rec)
 	}
-	if ipsFromNetns {
-		// Read from this namespace: it holds them.
-	} else if err := ns.HoldsAddrs(pod.IPs); err != nil && !adopting {
+	if ipsFromNetns || adopting {
+		// Read from this namespace: it holds them; or adopted unchecked.
+	} else if err := ns.HoldsAddrs(pod.IPs); err != nil {
 		_ = ns.Close()
 		return c.fail(ctx, s, StepNetns, err)
 	}
@@ -817,7 +834,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			if rerr := c.ports.Redirector.Remove(context.WithoutCancel(ctx), want, RemoveAll); rerr != nil {
 				err = errors.Join(err, fmt.Errorf("remove the rules of the released identity: %w", rerr))
 			}
-			c.ports.Status.Report(s.ref(), RedirectionRemoved)
+			c.report(s, RedirectionRemoved)
 		}
 		_ = ns.Close()
 		return c.fail(ctx, s, StepRedirect, err)
@@ -834,7 +851,7 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 	inherited := s.checkpointed != nil
 	s.checkpointed = nil
 	want.Redirection = redirection
-	c.ports.Status.Report(s.ref(), RedirectionPending)
+	c.report(s, RedirectionPending)
 	if reprogrammed {
 		// The proxy has the pod in this netns: the Add is a no-op for it,
 		// and a running pod is never taken out of the mesh for its answer
@@ -856,13 +873,13 @@ func (c *Core) converge(ctx context.Context, s *slot, h Handover) (Result, error
 			}
 		}
 		if !reprogrammed { // failReprogrammed reports it
-			c.ports.Status.Report(s.ref(), RedirectionRemoved)
+			c.report(s, RedirectionRemoved)
 		}
 		return c.failReprogrammed(ctx, s, reprogrammed, StepProxy, err)
 	}
 	s.enrolled = want
 	c.setState(s, StateEnrolled, d.Reason)
-	c.ports.Status.Report(s.ref(), RedirectionEnabled)
+	c.report(s, RedirectionEnabled)
 	podDebug(ctx, pod, "Pod enrolled", "reason", d.Reason, "netnsInode", want.NetnsInode, "adopted", prior != nil)
 	return Result{Enrolled: true, Changed: true, Reason: d.Reason}, nil
 }
@@ -977,7 +994,7 @@ func (c *Core) failReprogrammed(ctx context.Context, s *slot, reprogrammed bool,
 		if derr := c.ports.Proxy.DelWorkload(ctx, s.pod.UID); derr != nil {
 			err = errors.Join(err, fmt.Errorf("ztunnel del: %w", derr))
 		}
-		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		c.report(s, RedirectionRemoved)
 	}
 	return c.fail(ctx, s, step, err)
 }
@@ -1107,7 +1124,7 @@ func (c *Core) skip(ctx context.Context, s *slot, h Handover, d Decision) (Resul
 	if s.enrolled != nil {
 		podLogger(ctx, pod).Info("Pod no longer selected for the mesh, releasing", "reason", d.Reason)
 		err = c.release(ctx, s, RemoveAll, StateSkipped, d.Reason)
-		c.ports.Status.Report(s.ref(), RedirectionRemoved)
+		c.report(s, RedirectionRemoved)
 	} else if (s.state == StateUnknown && h == HandoverDeferred || s.checkpointed != nil) && !d.OtherAgent {
 		// Found running at start-up, or left as the previous agent meshed
 		// it (its adoption failed): rules without a proxy that knows the

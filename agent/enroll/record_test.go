@@ -93,9 +93,14 @@ func TestCheckpointedPodIsAdopted(t *testing.T) {
 		p.IPs = ip
 		pods = append(pods, p)
 	}
+	inherited := func(uid string) bool {
+		h.core.mu.RLock()
+		defer h.core.mu.RUnlock()
+		return h.core.checkpointed[uid] != nil
+	}
 	for uid, want := range map[string]bool{"same": true, "gone": true, "never": false} {
-		if got := h.core.Checkpointed(uid); got != want {
-			t.Errorf("before Reconcile: Checkpointed(%s) = %v, want %v", uid, got, want)
+		if got := inherited(uid); got != want {
+			t.Errorf("before Reconcile: inherited(%s) = %v, want %v", uid, got, want)
 		}
 	}
 	if err := h.core.Reconcile(ctx, pods); err != nil {
@@ -103,8 +108,8 @@ func TestCheckpointedPodIsAdopted(t *testing.T) {
 	}
 	// Claimed by their pods, or dropped (gone): no record is left over.
 	for _, uid := range []string{"same", "newns", "gone"} {
-		if h.core.Checkpointed(uid) {
-			t.Errorf("after Reconcile: Checkpointed(%s) = true, want false", uid)
+		if inherited(uid) {
+			t.Errorf("after Reconcile: inherited(%s) = true, want false", uid)
 		}
 	}
 	got := h.rec.take()

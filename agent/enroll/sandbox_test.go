@@ -1,6 +1,7 @@
 package enroll
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -54,8 +55,7 @@ func TestReplacedSandboxEventsLeaveTheNewOne(t *testing.T) {
 }
 
 // TestReconcileKeepsTheCurrentSandbox: a listing with a pod's old and new
-// sandbox, in either order, leaves the pod as it is in the new one; a
-// listing with only the old one (the new not yet known) takes it.
+// sandbox, in either order, leaves the pod as it is in the new one.
 func TestReconcileKeepsTheCurrentSandbox(t *testing.T) {
 	for _, order := range []string{"old first", "new first"} {
 		t.Run(order, func(t *testing.T) {
@@ -82,6 +82,57 @@ func TestReconcileKeepsTheCurrentSandbox(t *testing.T) {
 	}
 }
 
+// TestCheckpointNamesTheCurrentSandbox: right after a restart the core
+// knows a pod only by the previous agent's record: that record's sandbox
+// is the one the core holds the pod in (not the other one listed beside
+// it, whichever comes last), until the first Reconcile claims it. Until
+// then the record is in no view the container gate reads.
+func TestCheckpointNamesTheCurrentSandbox(t *testing.T) {
+	for _, order := range []string{"recorded first", "recorded last"} {
+		t.Run(order, func(t *testing.T) {
+			h0 := newHarness(t)
+			recorded, other := h0.sandbox("p", "sb-1", 1, meshOn), h0.sandbox("p", "sb-2", 2, meshOn)
+			if _, err := h0.core.Enroll(ctx, recorded); err != nil {
+				t.Fatal(err)
+			}
+			rec, _ := h0.core.Record("p")
+			h := newHarness(t, rec)
+			h.opener.set(recorded.NetnsPath, 1)
+			h.opener.set(other.NetnsPath, 2)
+			if got := h.core.CurrentSandbox("p"); got != "sb-1" {
+				t.Fatalf("CurrentSandbox = %q, want the record's sb-1", got)
+			}
+			// The container gate's view has no record before the runtime
+			// has listed the pod: a recycled inode never lets a container
+			// start in a namespace nobody programmed.
+			if _, ok := h.core.Record("p"); ok {
+				t.Fatal("Record(p) before Reconcile: the gate would trust the previous agent's record")
+			}
+			if _, ok := h.core.RecordInNetns(1); ok {
+				t.Fatal("RecordInNetns(1) before Reconcile: the gate would trust the previous agent's record")
+			}
+			for sb, want := range map[string]bool{"sb-1": true, "": true, "sb-2": false} {
+				if got := h.core.Holds("p", sb); got != want {
+					t.Errorf("Holds(p, %q) = %v, want %v", sb, got, want)
+				}
+			}
+			listing := []Pod{recorded, other}
+			if order == "recorded last" {
+				listing = []Pod{other, recorded}
+			}
+			if err := h.core.Reconcile(ctx, listing); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := h.core.Status("p"); st.SandboxID != "sb-1" || st.State != StateEnrolled {
+				t.Fatalf("status %+v, want enrolled in the recorded sb-1", st)
+			}
+			if h.core.Holds("p", "sb-2") || !h.core.Holds("p", "sb-1") {
+				t.Fatal("after Reconcile the core holds the pod in another sandbox than sb-1")
+			}
+		})
+	}
+}
+
 // TestFailedNewSandboxIsNotEnrolled: when a pod's new sandbox cannot be
 // enrolled, the answer is about that sandbox (not enrolled, so the gate
 // refuses its containers), and the old sandbox's enrollment is gone with
@@ -103,10 +154,24 @@ func TestFailedNewSandboxIsNotEnrolled(t *testing.T) {
 	if st := h.status.of("p"); st[len(st)-1] != RedirectionRemoved {
 		t.Fatalf("status reports %v, want removed last", st)
 	}
+
+	// A new sandbox the proxy refuses: its rules went in (pending), were
+	// rolled back (removed), and removed is said once.
+	if _, err := h.core.Enroll(ctx, h.sandbox("p", "sb-2", 3, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	h.proxy.failAdd = errors.New("refused")
+	before := len(h.status.of("p"))
+	if res, err := h.core.Enroll(ctx, h.sandbox("p", "sb-3", 4, meshOn)); err == nil || res.Enrolled {
+		t.Fatalf("Enroll(new sandbox the proxy refuses) = %+v, %v; want a failure, not enrolled", res, err)
+	}
+	if st := h.status.of("p")[before:]; !slices.Equal(st, []RedirectionStatus{RedirectionPending, RedirectionRemoved}) {
+		t.Fatalf("status reports %v after the refused sandbox, want [pending removed]", st)
+	}
 }
 
 // FuzzSandboxEvents: events for the sandboxes of one pod, with inodes the
-// kernel recycles among them, drawn by the fuzzer. Whatever the order, an
+// kernel recycles among them (inodeOf), drawn by the fuzzer. Whatever the order, an
 // event for a sandbox other than the pod's current one (the last started)
 // changes nothing, and an enrolled pod's record names the current sandbox.
 func FuzzSandboxEvents(f *testing.F) {
@@ -121,7 +186,7 @@ func FuzzSandboxEvents(f *testing.F) {
 		current, forgot := "", false
 		for i, op := range ops {
 			sb := fmt.Sprintf("sb-%d", op&0x3)
-			pod := h.sandbox("p", sb, uint64(1+(op>>2)&0x1), meshOn) // two inodes for four sandboxes
+			pod := h.sandbox("p", sb, inodeOf(sb), meshOn)
 			before, hadRecord := h.core.Record("p")
 			stBefore, _ := h.core.Status("p")
 			h.rec.take()
@@ -144,9 +209,9 @@ func FuzzSandboxEvents(f *testing.F) {
 				if current == "" {
 					current = sb
 				} else if op&0x80 == 0 {
-					listing = append(listing, h.sandbox("p", current, 1, meshOn))
+					listing = append(listing, h.sandbox("p", current, inodeOf(current), meshOn))
 				} else {
-					listing = append([]Pod{h.sandbox("p", current, 1, meshOn)}, listing...)
+					listing = append([]Pod{h.sandbox("p", current, inodeOf(current), meshOn)}, listing...)
 				}
 				if err := h.core.Reconcile(ctx, listing); err != nil {
 					t.Fatalf("op %d: Reconcile: %v", i, err)
@@ -168,6 +233,12 @@ func FuzzSandboxEvents(f *testing.F) {
 		}
 	})
 }
+
+// inodeOf is the namespace inode of sandbox sb-<n>: two for four
+// sandboxes, as the kernel recycles a freed namespace's inode for the next
+// (sb-0 and sb-2 share one, sb-1 and sb-3 the other). A sandbox keeps its
+// namespace, and so its inode, for its life.
+func inodeOf(sb string) uint64 { return uint64(1 + (sb[len(sb)-1]-'0')&0x1) }
 
 func sameRecord(a, b Record) bool {
 	return a.sameEnrollment(&b) && a.SandboxID == b.SandboxID && a.NetnsCookie == b.NetnsCookie && a.Redirection == b.Redirection

@@ -133,9 +133,10 @@ func runHook(socket string, timeout time.Duration, stdin []byte) (int, string) {
 
 // TestHookAsksMeshlet: the hook lets a container start only when a pod
 // this meshlet enrolled holds its network namespace (and, when the runtime
-// names the pod and its sandbox, it is that pod in that sandbox); a
-// previous meshlet's record is not enough. Every refusal says why on
-// stderr, which the runtime puts in the container's start error.
+// names the pod and its sandbox, it is that pod in that sandbox). A
+// previous meshlet's record is never in the view the hook reads
+// (enroll's TestCheckpointNamesTheCurrentSandbox). Every refusal says why
+// on stderr, which the runtime puts in the container's start error.
 func TestHookAsksMeshlet(t *testing.T) {
 	privtest.RequireRoot(t)
 	ino := ownNetns(t)
@@ -161,7 +162,6 @@ func TestHookAsksMeshlet(t *testing.T) {
 		{"the enrolled pod", state("web-uid"), gate.ExitAllowed, ""},
 		{"no pod UID: the namespace decides", state(""), gate.ExitAllowed, ""},
 		{"a pod meshlet never saw", state("ghost-uid"), gate.ExitRefused, "meshlet has not enrolled pod ghost-uid"},
-		{"a pod only the previous meshlet enrolled, not yet adopted", state("adopting-uid"), gate.ExitRefused, "has not yet found it running"},
 		{"a pod enrolled in another sandbox", state("replaced-uid"), gate.ExitRefused, "the container's sandbox sb1 is not the one pod apps/api is enrolled in (sb0)"},
 		{"a pod whose enrollment failed", state("failed-uid"), gate.ExitRefused, "pod apps/db is not in the mesh: failed (netns: the pod's IPs"},
 		{"a malformed state", []byte(`{"ociVersion":"1.2.1","id":"c"}`), gate.ExitRefused, "pid: missing"},
@@ -187,7 +187,7 @@ func TestHookAsksMeshlet(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	got := d.list()
-	want := []server.Decision{server.Allowed, server.Allowed, server.Refused, server.Refused, server.Refused, server.Refused, server.Refused, server.Refused}
+	want := []server.Decision{server.Allowed, server.Allowed, server.Refused, server.Refused, server.Refused, server.Refused, server.Refused}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("decisions %v, want %v (the malformed state never reaches meshlet)", got, want)
 	}
