@@ -22,7 +22,7 @@ type Core interface {
 	EnrollRunning(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
 	Reconcile(ctx context.Context, pods []enroll.Pod) error
 	Status(uid string) (enroll.PodStatus, bool)
-	CheckpointedRecord(uid string) (enroll.Record, bool)
+	Holds(uid, sandboxID string) bool
 	Pods() []enroll.PodStatus
 	cri.Forgetter
 }

@@ -22,7 +22,7 @@ import (
 type fakeCore struct {
 	mu           sync.Mutex
 	known        map[string]enroll.PodStatus
-	checkpointed map[string]bool
+	checkpointed map[string]string // UID → the sandbox of the previous meshlet's record
 	enrolled     []string
 	forgotten    []string
 	reconciled   [][]enroll.Pod
@@ -44,10 +44,10 @@ func (c *fakeCore) Enroll(_ context.Context, p enroll.Pod) (enroll.Result, error
 	defer c.mu.Unlock()
 	c.enrolled = append(c.enrolled, p.UID)
 	if c.enrollErr != nil {
-		c.known[p.UID] = enroll.PodStatus{UID: p.UID, State: enroll.StateFailed, Since: time.Now()}
+		c.known[p.UID] = enroll.PodStatus{UID: p.UID, SandboxID: p.SandboxID, State: enroll.StateFailed, Since: time.Now()}
 		return enroll.Result{}, c.enrollErr
 	}
-	c.known[p.UID] = enroll.PodStatus{UID: p.UID, State: enroll.StateEnrolled, Since: time.Now()}
+	c.known[p.UID] = enroll.PodStatus{UID: p.UID, SandboxID: p.SandboxID, State: enroll.StateEnrolled, Since: time.Now()}
 	return enroll.Result{Enrolled: true, Changed: true}, nil
 }
 
@@ -81,7 +81,7 @@ func (c *fakeCore) Reconcile(_ context.Context, pods []enroll.Pod) error {
 	defer c.mu.Unlock()
 	c.reconciled = append(c.reconciled, pods)
 	for _, p := range pods {
-		c.known[p.UID] = enroll.PodStatus{UID: p.UID, State: enroll.StateEnrolled}
+		c.known[p.UID] = enroll.PodStatus{UID: p.UID, SandboxID: p.SandboxID, State: enroll.StateEnrolled}
 	}
 	return nil
 }
@@ -93,10 +93,14 @@ func (c *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
 	return s, ok
 }
 
-func (c *fakeCore) CheckpointedRecord(uid string) (enroll.Record, bool) {
+func (c *fakeCore) Holds(uid, sandboxID string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return enroll.Record{UID: uid}, c.checkpointed[uid]
+	if st, ok := c.known[uid]; ok && st.State == enroll.StateEnrolled && enroll.SameSandbox(st.SandboxID, sandboxID) {
+		return true
+	}
+	cp, ok := c.checkpointed[uid]
+	return ok && enroll.SameSandbox(cp, sandboxID)
 }
 
 func (c *fakeCore) Pods() []enroll.PodStatus {
@@ -236,6 +240,28 @@ func TestResyncRetriesFailedEnrollments(t *testing.T) {
 	}
 }
 
+// TestResyncLeavesANewerSandbox: a listing taken before the kubelet
+// re-created a pod's sandbox names the old one; the new sandbox's ADD,
+// served after the listing, failed. The listing does not put the pod back
+// in its old sandbox: the next listing names the new one, and retries it.
+func TestResyncLeavesANewerSandbox(t *testing.T) {
+	core := newFakeCore()
+	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
+	ctx := context.Background()
+	listedAt := time.Now()
+	core.known["p"] = enroll.PodStatus{UID: "p", SandboxID: "sb-new", State: enroll.StateFailed, Since: listedAt.Add(time.Millisecond)}
+	f.resync(ctx, pods("p"), listedAt) // names sb-p, the old sandbox
+	if len(core.enrolled) != 0 {
+		t.Fatalf("enrolled %v from a listing older than the pod's new sandbox, want none", core.enrolled)
+	}
+	newer := pods()
+	newer.pods = append(newer.pods, enroll.Pod{UID: "p", SandboxID: "sb-new", Name: "p", Namespace: "ns", NetnsPath: "/run/netns/new"})
+	f.resync(ctx, newer, time.Now())
+	if !slices.Equal(core.enrolled, []string{"p"}) {
+		t.Fatalf("enrolled %v from a listing of the new sandbox, want [p]", core.enrolled)
+	}
+}
+
 func TestResyncForgetsAPodDeletedDuringItsLateEnrollment(t *testing.T) {
 	core := newFakeCore()
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
@@ -249,17 +275,18 @@ func TestResyncForgetsAPodDeletedDuringItsLateEnrollment(t *testing.T) {
 
 func TestSyncAtStartReconcilesAndCountsLatePods(t *testing.T) {
 	core := newFakeCore("enrolled")
-	// Enrolled by the previous meshlet: adopted now, not late.
-	core.checkpointed = map[string]bool{"adopted": true}
+	// Enrolled by the previous meshlet: adopted now, not late; unless the
+	// sandbox it enrolled is not the one that runs now.
+	core.checkpointed = map[string]string{"adopted": "sb-adopted", "replaced": "sb-before"}
 	m := &fakeMetrics{}
 	after := false
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: m, AfterSync: func(context.Context) { after = true }})
-	must(t, f.syncAtStart(context.Background(), pods("enrolled", "adopted", "new")))
-	if len(core.reconciled) != 1 || len(core.reconciled[0]) != 3 {
-		t.Fatalf("reconciled %v, want the three listed pods once", core.reconciled)
+	must(t, f.syncAtStart(context.Background(), pods("enrolled", "adopted", "new", "replaced")))
+	if len(core.reconciled) != 1 || len(core.reconciled[0]) != 4 {
+		t.Fatalf("reconciled %v, want the four listed pods once", core.reconciled)
 	}
-	if m.late != 1 || !after {
-		t.Fatalf("late %d (want 1: only the pod the core did not know), AfterSync ran %v", m.late, after)
+	if m.late != 2 || !after {
+		t.Fatalf("late %d (want 2: new, and replaced in another sandbox than its record's), AfterSync ran %v", m.late, after)
 	}
 }
 

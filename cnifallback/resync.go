@@ -71,10 +71,7 @@ func (f *Fallback) syncAtStart(ctx context.Context, lister Lister) error {
 	for _, p := range pods {
 		// Enrolled by this meshlet, or by the previous one (adopted now):
 		// either way it did not start unmeshed.
-		st, ok := f.deps.Core.Status(p.UID)
-		cp, inherited := f.deps.Core.CheckpointedRecord(p.UID)
-		known[p.UID] = ok && st.State == enroll.StateEnrolled && enroll.SameSandbox(st.SandboxID, p.SandboxID) ||
-			inherited && enroll.SameSandbox(cp.SandboxID, p.SandboxID)
+		known[p.UID] = f.deps.Core.Holds(p.UID, p.SandboxID)
 	}
 	err := f.deps.Core.Reconcile(ctx, pods)
 	late := 0
@@ -169,6 +166,8 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	for _, p := range retry {
 		if st, known := f.deps.Core.Status(p.UID); known && st.State != enroll.StateFailed {
 			continue // an ADD got there first
+		} else if known && !enroll.SameSandbox(st.SandboxID, p.SandboxID) && st.Since.After(now) {
+			continue // an ADD of a newer sandbox failed after the listing: the listing is older news
 		}
 		res, err := f.deps.Core.EnrollRunning(ctx, p)
 		if f.deletedSince(p.SandboxID, now) {
