@@ -9,8 +9,8 @@ import (
 )
 
 // TestImports: the plugin links meshlet's shim and wire protocol (and the
-// strict JSON decoder the wire shares with meshlet-gate, itself standard
-// library only) and nothing else of meshlet's, and those import only the
+// strict JSON decoder and seqpacket framing the wire shares with
+// meshlet-gate, both standard library only) and nothing else of meshlet's, and those import only the
 // CNI library (and the standard library): it runs once per pod on every
 // node and must stay small and independent of the agent.
 func TestImports(t *testing.T) {
@@ -24,7 +24,7 @@ func TestImports(t *testing.T) {
 	}
 	const meshlet = "github.com/meshlet/meshlet/"
 	ours := map[string]bool{meshlet + "cmd/meshlet-cni": true, meshlet + "cnifallback/shim": true, meshlet + "cnifallback/wire": true,
-		meshlet + "internal/strictjson": true}
+		meshlet + "internal/strictjson": true, meshlet + "internal/seqpacket": true}
 	deps := list("{{if not .Standard}}{{.ImportPath}}{{end}}", "-deps", ".")
 	for _, pkg := range deps {
 		if strings.HasPrefix(pkg, meshlet) && !ours[pkg] {

@@ -2,15 +2,16 @@ package wire
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/meshlet/meshlet/internal/seqpacket"
 )
 
 // Network is the socket type: one message per request and per response,
 // so neither side needs framing.
-const Network = "unixpacket"
+const Network = seqpacket.Network
 
 // Call sends req to the agent at socketPath and returns its response,
 // all within timeout. An error means the agent did not answer (absent,
@@ -24,21 +25,9 @@ func Call(socketPath string, req *Request, timeout time.Duration) (*Response, er
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(timeout)
-	conn, err := net.DialTimeout(Network, socketPath, timeout)
+	msg, err := seqpacket.Call(socketPath, b, MaxMessageSize, timeout)
 	if err != nil {
-		return nil, fmt.Errorf("connect to meshlet at %s: %w", socketPath, err)
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(deadline); err != nil {
 		return nil, err
-	}
-	if _, err := conn.Write(b); err != nil {
-		return nil, fmt.Errorf("send to meshlet: %w", err)
-	}
-	msg, err := readMessage(conn)
-	if err != nil {
-		return nil, fmt.Errorf("meshlet's answer: %w", err)
 	}
 	resp, err := DecodeResponse(msg)
 	if err != nil {
@@ -50,7 +39,7 @@ func Call(socketPath string, req *Request, timeout time.Duration) (*Response, er
 // ReadRequest reads and decodes one request from a connection the agent
 // accepted.
 func ReadRequest(conn net.Conn) (*Request, error) {
-	msg, err := readMessage(conn)
+	msg, err := seqpacket.Read(conn, MaxMessageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -72,21 +61,4 @@ func WriteResponse(conn net.Conn, resp *Response) error {
 	}
 	_, err = conn.Write(b)
 	return err
-}
-
-// readMessage reads one message, refusing one larger than MaxMessageSize
-// (a SEQPACKET read truncates silently; the extra byte shows it).
-func readMessage(conn net.Conn) ([]byte, error) {
-	buf := make([]byte, MaxMessageSize+1)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nil, errors.New("connection closed without a message")
-	}
-	if n > MaxMessageSize {
-		return nil, fmt.Errorf("message larger than %d bytes", MaxMessageSize)
-	}
-	return buf[:n], nil
 }

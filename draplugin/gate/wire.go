@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/meshlet/meshlet/internal/seqpacket"
 	"github.com/meshlet/meshlet/internal/strictjson"
 )
 
 // Network is the socket type: one message per request and per answer.
-const Network = "unixpacket"
+const Network = seqpacket.Network
 
 // Version is the wire version both sides speak.
 const Version = 1
@@ -142,21 +143,9 @@ func Ask(socketPath string, req *Request, timeout time.Duration) (*Response, err
 	if err != nil {
 		return nil, fmt.Errorf("request: %w", err)
 	}
-	deadline := time.Now().Add(timeout)
-	conn, err := net.DialTimeout(Network, socketPath, timeout)
+	msg, err := seqpacket.Call(socketPath, b, MaxMessageSize, timeout)
 	if err != nil {
-		return nil, fmt.Errorf("connect to meshlet at %s: %w", socketPath, err)
-	}
-	defer conn.Close()
-	if err := conn.SetDeadline(deadline); err != nil {
-		return nil, fmt.Errorf("connection to meshlet: %w", err)
-	}
-	if _, err := conn.Write(b); err != nil {
-		return nil, fmt.Errorf("send to meshlet: %w", err)
-	}
-	msg, err := ReadMessage(conn)
-	if err != nil {
-		return nil, fmt.Errorf("meshlet's answer: %w", err)
+		return nil, err
 	}
 	return DecodeResponse(msg)
 }
@@ -186,19 +175,5 @@ func WriteResponse(conn net.Conn, resp *Response) error {
 	}
 }
 
-// ReadMessage reads one message, refusing one larger than MaxMessageSize
-// (a SEQPACKET read truncates silently; the extra byte shows it).
-func ReadMessage(conn net.Conn) ([]byte, error) {
-	buf := make([]byte, MaxMessageSize+1)
-	n, err := conn.Read(buf)
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nil, errors.New("connection closed without a message")
-	}
-	if n > MaxMessageSize {
-		return nil, fmt.Errorf("message larger than %d bytes", MaxMessageSize)
-	}
-	return buf[:n], nil
-}
+// ReadMessage reads one message, refusing one larger than MaxMessageSize.
+func ReadMessage(conn net.Conn) ([]byte, error) { return seqpacket.Read(conn, MaxMessageSize) }
