@@ -9,12 +9,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// NonFlagEnv are the MESHLET_* variables that are not a flag's: they
-// configure the test harness and its install scripts (binaries' and
-// downloads' directories), and reach meshlet's environment when the tests
-// start it. They are not warned about.
-var NonFlagEnv = []string{"MESHLET_CACHE", "MESHLET_CLUSTER_BIN", "MESHLET_CNI_PLUGINS", "MESHLET_CONTAINERD17_BIN", "MESHLET_CRIO_BIN", "MESHLET_E2E_BIN", "MESHLET_FAULT_SEED", "MESHLET_HELM", "MESHLET_IMAGE_TEST_PLATFORMS", "MESHLET_KUBE_BIN"}
-
 // DescribeEnv makes fs's usage (-h, or a bad flag) name each flag's
 // environment variable, which is how a DaemonSet sets it. Call it once
 // every flag is registered.
@@ -30,16 +24,16 @@ func DescribeEnv(fs *flag.FlagSet) {
 }
 
 // WarnUnknownEnv logs a warning for each MESHLET_* variable in environ
-// ("NAME=value", as os.Environ returns) that no flag of fs reads and that is
-// not in NonFlagEnv: a misspelt variable would otherwise be silently
-// ignored, leaving its flag at the default. The warning names the closest
-// variable a flag reads, when one is close enough to be the intended one.
+// ("NAME=value", as os.Environ returns) that no flag of fs reads: a
+// misspelt variable would otherwise be silently ignored, leaving its flag
+// at the default. The warning names the closest variable a flag reads,
+// when one is close enough to be the intended one.
 func WarnUnknownEnv(logger klog.Logger, fs *flag.FlagSet, environ []string) {
 	var known []string
 	fs.VisitAll(func(f *flag.Flag) { known = append(known, EnvName(f.Name)) })
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, EnvPrefix) || slices.Contains(known, name) || slices.Contains(NonFlagEnv, name) {
+		if !strings.HasPrefix(name, EnvPrefix) || slices.Contains(known, name) {
 			continue
 		}
 		kvs := []any{"variable", name}

@@ -17,7 +17,6 @@ func TestUnknownEnvIsWarnedWithClosestName(t *testing.T) {
 		"MESHLET_ZTUNEL_SOCKET=/run/z.sock", // a typo
 		"MESHLET_SHINY_NEW_THING=1",         // close to nothing
 		"MESHLET_NODE_NAME=n",               // a flag's
-		"MESHLET_E2E_BIN=/tmp/bin",          // the test harness's
 		"HOME=/root",                        // not ours
 		"MESHLET_=x",
 	})

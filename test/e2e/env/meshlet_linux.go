@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,6 +51,7 @@ func (e *Env) StartMeshlet(ztunnelSocket string, extra ...string) (*Meshlet, err
 		// Used with DRA: the container gate.
 		"--cdi-spec-dir=" + e.CDISpecDir(), "--gate-hook-dir=" + e.GateHookDir(), "--gate-socket=" + e.GateSocket()}, extra...)
 	cmd := exec.Command("nsenter", args...)
+	cmd.Env = withoutHarnessEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -140,3 +142,17 @@ func (m *Meshlet) Kill() error {
 
 // MeshletStateDir is the daemon's --state-dir.
 func (e *Env) MeshletStateDir() string { return e.path("meshlet-state") }
+
+// withoutHarnessEnv is environ without the test harness's MESHLET_*
+// variables (MESHLET_E2E_BIN and the like): meshlet reads each MESHLET_*
+// variable as a flag's and warns about any other, so it starts with an
+// environment like the DaemonSet's.
+func withoutHarnessEnv(environ []string) []string {
+	out := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "MESHLET_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
