@@ -34,7 +34,7 @@ HOST_ARCH     := $(shell $(GO) env GOARCH)
 IMAGE_TEST_PLATFORMS ?= linux/$(if $(filter amd64 arm64,$(HOST_ARCH)),$(HOST_ARCH),amd64)
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build version image image-test test bench soak fuzz lint generate verify-generated manifests deps demo demo-dra demo-cni clean
+.PHONY: all build version image image-test test bench soak fuzz lint generate verify-generated manifests docs deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -129,6 +129,11 @@ lint: deps $(STATICCHECK) $(GOVULNCHECK) $(VULNDB)/index/db.json verify-generate
 ## (deploy/charts/meshlet/testdata) from the Helm chart
 manifests:
 	MESHLET_HELM="$$(hack/install-helm.sh | tail -n 1)" $(GO) run ./hack/manifests
+
+## docs: rewrite docs/flags.md from the flags meshlet registers (a test
+## fails while it differs)
+docs:
+	$(GO) test -count=1 -run '^TestFlagReference$$' ./cmd/meshlet -update
 
 ## generate: regenerate Go code from the .proto files
 generate: deps $(PROTOC_GEN_GO)

@@ -127,7 +127,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 		"iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
 	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as "+strconv.Quote(enroll.DefaultServiceAccount)+", no status annotation")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
-	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for the checkpoint of enrolled pods (lets a restarted meshlet adopt running pods' rules)")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for meshlet's state on the node: checkpoint.json (the enrolled pods, so that a restarted meshlet adopts their rules), claims.json (prepared mesh claims), node-settings.json (the last good --config-map documents) and meshlet.lock (held by the meshlet serving the node)")
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
 	fs.StringVar(&c.HealthSocket, "health-socket", c.HealthSocket, "Unix socket for /healthz and /readyz, served from start-up, also while waiting for another meshlet on the node to exit (meshlet probe reads it; the DaemonSet's probes use it); one per meshlet (empty: off)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")

@@ -51,12 +51,9 @@ func run(args, environ []string, stderr io.Writer) int {
 		}
 	}
 	cmd := commands[name]
-	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
-
-	fs.SetOutput(stderr)
-	addLogFlags(fs)
 	cfg := agent.DefaultConfig()
-	cfg.AddFlags(fs)
+	fs := newFlagSet(&cfg)
+	fs.SetOutput(stderr)
 	agent.DescribeEnv(fs)
 	flagsUsage := fs.Usage
 	fs.Usage = func() {
@@ -127,6 +124,15 @@ func lookupIn(environ []string) func(string) (string, bool) {
 		}
 	}
 	return func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+}
+
+// newFlagSet registers every flag of meshlet, the daemon's and its
+// commands', on a new flag set: cfg's, and the log flags.
+func newFlagSet(cfg *agent.Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("meshlet", flag.ContinueOnError)
+	addLogFlags(fs)
+	cfg.AddFlags(fs)
+	return fs
 }
 
 // addLogFlags exposes klog's -vmodule only (-v is a node setting, in
