@@ -160,7 +160,7 @@ $(VULNDB)/index/db.json:
 ## pod and a plain pod; an account of what happened; then clean up
 demo: deps
 	env="$$(./hack/install-test-bins.sh MESHLET_E2E_BIN $(DEMO_RUNTIME_BIN_VAR))" && eval "$$env" && \
-	  $(GO) run ./test/e2e/demo --runtime $(DEMO_RUNTIME)
+	  $(GO) run ./examples/demo --runtime $(DEMO_RUNTIME)
 
 ## demo-dra: the same runtime under a single-node cluster; meshlet as the DRA
 ## driver mesh.meshlet.dev; a pod asking for mesh.meshlet.dev/mesh: 1; the
@@ -168,7 +168,7 @@ demo: deps
 demo-dra: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
-	  $(GO) run ./test/e2e/demo-dra
+	  $(GO) run ./examples/demo-dra
 
 ## demo-cni: CNI mode: containerd with NRI disabled and a real API server;
 ## meshlet (--mode auto) chains meshlet-cni, enrolls a mesh pod, re-asserts a
@@ -176,7 +176,7 @@ demo-dra: deps
 demo-cni: deps
 	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
-	  $(GO) run ./test/e2e/demo-cni
+	  $(GO) run ./examples/demo-cni
 
 clean:
 	rm -rf $(BIN) bench.txt
