@@ -43,7 +43,7 @@ func BenchmarkEnrollSerial(b *testing.B) {
 		b.Fatal(err)
 	}
 	ambient := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeAmbient}
-	defer func() { _ = core.Reconcile(context.Background(), nil) }() // pods go before their namespaces
+	defer func() { _, _ = core.Reconcile(context.Background(), nil) }() // pods go before their namespaces
 	var took time.Duration
 	rss110 := 0.0
 	i := 0

@@ -90,7 +90,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	if err := zt.WaitSnapshot(waitCtx); err != nil {
 		t.Fatal(err)
 	}
-	if err := core.Reconcile(ctx, pods); err != nil {
+	if _, err := core.Reconcile(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
 	// Running pods are handed to ztunnel in the background.
@@ -159,7 +159,7 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 	}
 
 	// Pods stop: Del each, every held fd closed.
-	if err := core.Reconcile(ctx, nil); err != nil {
+	if _, err := core.Reconcile(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
 	if dels := zdstest.Count(zt2.Requests(), zdstest.Del); dels != 2 {

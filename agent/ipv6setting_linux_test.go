@@ -106,7 +106,7 @@ func TestIPv6NodeSettingLive(t *testing.T) {
 	}
 	restarted := realCoreWith(ctx, t, false, rec)
 	zt2 := startZtunnel(ctx, t, restarted)
-	if err := restarted.core.Reconcile(ctx, []enroll.Pod{v6only}); err != nil {
+	if _, err := restarted.core.Reconcile(ctx, []enroll.Pod{v6only}); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := restarted.core.Status(v6only.UID); st.State != enroll.StateEnrolled {

@@ -82,7 +82,7 @@ func benchSynchronize(b *testing.B, n int) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		if err := next.core.Reconcile(ctx, pods); err != nil {
+		if _, err := next.core.Reconcile(ctx, pods); err != nil {
 			b.Fatal(err)
 		}
 		synchronize += time.Since(start)

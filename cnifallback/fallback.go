@@ -20,9 +20,8 @@ import (
 type Core interface {
 	server.Core
 	EnrollRunning(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
-	Reconcile(ctx context.Context, pods []enroll.Pod) error
+	Reconcile(ctx context.Context, pods []enroll.Pod) (late []enroll.Pod, err error)
 	Status(uid string) (enroll.PodStatus, bool)
-	Holds(uid, sandboxID string) bool
 	Pods() []enroll.PodStatus
 	cri.Forgetter
 }

@@ -76,14 +76,20 @@ func (c *fakeCore) ForgetUnchanged(ctx context.Context, st enroll.PodStatus) (bo
 	return true, c.Forget(ctx, st.UID, "")
 }
 
-func (c *fakeCore) Reconcile(_ context.Context, pods []enroll.Pod) error {
+func (c *fakeCore) Reconcile(_ context.Context, pods []enroll.Pod) ([]enroll.Pod, error) {
+	var late []enroll.Pod
+	for _, p := range pods {
+		if !c.Holds(p.UID, p.SandboxID) {
+			late = append(late, p)
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.reconciled = append(c.reconciled, pods)
 	for _, p := range pods {
 		c.known[p.UID] = enroll.PodStatus{UID: p.UID, SandboxID: p.SandboxID, State: enroll.StateEnrolled}
 	}
-	return nil
+	return late, nil
 }
 
 func (c *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
@@ -93,6 +99,7 @@ func (c *fakeCore) Status(uid string) (enroll.PodStatus, bool) {
 	return s, ok
 }
 
+// Holds is the core's rule (enroll's TestReconcileReportsLateEnrollments).
 func (c *fakeCore) Holds(uid, sandboxID string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

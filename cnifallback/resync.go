@@ -67,20 +67,11 @@ func (f *Fallback) syncAtStart(ctx context.Context, lister Lister) error {
 		case <-time.After(backoff):
 		}
 	}
-	known := map[string]bool{}
-	for _, p := range pods {
-		// Enrolled by this meshlet, or by the previous one (adopted now):
-		// either way it did not start unmeshed.
-		known[p.UID] = f.deps.Core.Holds(p.UID, p.SandboxID)
+	lateEnrolled, err := f.deps.Core.Reconcile(ctx, pods)
+	for _, p := range lateEnrolled {
+		logger.Info("Pod enrolled late: it started while meshlet was not in the CNI chain", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
 	}
-	err := f.deps.Core.Reconcile(ctx, pods)
-	late := 0
-	for _, p := range pods {
-		if st, _ := f.deps.Core.Status(p.UID); st.State == enroll.StateEnrolled && !known[p.UID] {
-			late++
-			logger.Info("Pod enrolled late: it started while meshlet was not in the CNI chain", "pod", klog.KRef(p.Namespace, p.Name), "podUID", p.UID)
-		}
-	}
+	late := len(lateEnrolled)
 	f.deps.Metrics.LateEnrolled(late)
 	if err != nil {
 		logger.Error(err, "Some running pods could not be reconciled")

@@ -19,9 +19,8 @@ type Core interface {
 	Enroll(ctx context.Context, pod enroll.Pod) (enroll.Result, error)
 	Release(ctx context.Context, uid, sandboxID string) error
 	Forget(ctx context.Context, uid, sandboxID string) error
-	Reconcile(ctx context.Context, pods []enroll.Pod) error
+	Reconcile(ctx context.Context, pods []enroll.Pod) (late []enroll.Pod, err error)
 	Status(uid string) (enroll.PodStatus, bool)
-	Holds(uid, sandboxID string) bool
 	CurrentSandbox(uid string) string
 }
 
@@ -161,25 +160,18 @@ func (p *Plugin) Synchronize(ctx context.Context, sandboxes []*api.PodSandbox, _
 	logger := klog.FromContext(ctx)
 	sandboxes = runningSandboxes(ctx, sandboxes, p.core.CurrentSandbox)
 	pods := make([]enroll.Pod, 0, len(sandboxes))
-	known := map[string]bool{}
 	for _, sb := range sandboxes {
 		pod, bad := podFromSandbox(sb)
 		if len(bad) > 0 {
 			logger.Info("Ignoring unparsable pod IPs", "pod", klog.KRef(pod.Namespace, pod.Name), "ips", bad)
 		}
-		// Enrolled by this meshlet, or by the previous one (adopted now):
-		// either way it did not start unmeshed.
-		known[pod.UID] = p.core.Holds(pod.UID, pod.SandboxID)
 		pods = append(pods, pod)
 	}
-	err := p.core.Reconcile(ctx, pods)
-	late := 0
-	for _, pod := range pods {
-		if st, _ := p.core.Status(pod.UID); st.State == enroll.StateEnrolled && !known[pod.UID] {
-			late++
-			logger.Info("Pod enrolled late: it started while meshlet was not connected", "pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
-		}
+	lateEnrolled, err := p.core.Reconcile(ctx, pods)
+	for _, pod := range lateEnrolled {
+		logger.Info("Pod enrolled late: it started while meshlet was not connected", "pod", klog.KRef(pod.Namespace, pod.Name), "podUID", pod.UID)
 	}
+	late := len(lateEnrolled)
 	p.metrics.LateEnrolled(late)
 	if err != nil {
 		logger.Error(err, "Synchronize: some pods could not be reconciled")

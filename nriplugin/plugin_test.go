@@ -44,14 +44,21 @@ func (f *fakeCore) Release(_ context.Context, uid, _ string) error {
 	return errors.New("ztunnel unreachable")
 }
 func (f *fakeCore) Forget(context.Context, string, string) error { return nil }
-func (f *fakeCore) Reconcile(ctx context.Context, pods []enroll.Pod) error {
+func (f *fakeCore) Reconcile(ctx context.Context, pods []enroll.Pod) ([]enroll.Pod, error) {
+	var late []enroll.Pod
 	for _, p := range pods {
+		held := f.Holds(p.UID, p.SandboxID)
 		if _, err := f.Enroll(ctx, p); err != nil {
-			return err
+			return late, err
+		}
+		if !held {
+			late = append(late, p)
 		}
 	}
-	return nil
+	return late, nil
 }
+
+// Holds is the core's rule (enroll's TestReconcileReportsLateEnrollments).
 func (f *fakeCore) Holds(uid, sandboxID string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

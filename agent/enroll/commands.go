@@ -188,15 +188,20 @@ func (c *Core) forget(ctx context.Context, s *slot) error {
 // defers their handover to its next connection instead of failing them.
 // Errors are collected per pod; one failing pod does not stop the others.
 //
+// late are the pods it enrolled that no agent held in their sandbox
+// before (see Holds): they started while nothing enrolled them.
+//
 // pods should hold the sandbox that runs of each pod: a runtime that lists
 // a pod's stopped sandboxes too is the adapter's to sort out. Given
 // several of one pod anyway, Reconcile keeps the one the pod is in now, or
 // else the last listed.
-func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
+func (c *Core) Reconcile(ctx context.Context, pods []Pod) (late []Pod, err error) {
 	pods = c.oneSandboxEach(ctx, pods)
 	running := make(map[string]struct{}, len(pods))
-	for _, p := range pods {
+	held := make([]bool, len(pods))
+	for i, p := range pods {
 		running[p.UID] = struct{}{}
+		held[i] = c.Holds(p.UID, p.SandboxID)
 	}
 	var stale []string
 	c.mu.RLock()
@@ -238,7 +243,12 @@ func (c *Core) Reconcile(ctx context.Context, pods []Pod) error {
 		})...)
 	}
 	c.listedOnce.Do(func() { close(c.listed) })
-	return errors.Join(errs...)
+	for i, p := range pods {
+		if st, ok := c.Status(p.UID); ok && !held[i] && st.State == StateEnrolled && SameSandbox(st.SandboxID, p.SandboxID) {
+			late = append(late, p)
+		}
+	}
+	return late, errors.Join(errs...)
 }
 
 // oneSandboxEach returns pods with one sandbox per pod: of several, the

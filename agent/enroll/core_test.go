@@ -304,7 +304,7 @@ func TestReconcile(t *testing.T) {
 	plain := h.pod("plain", 4, nil)
 	broken := h.pod("broken", 5, meshOn)
 	broken.NetnsPath = "/netns/none"
-	err := h.core.Reconcile(ctx, []Pod{kept, missing, plain, broken})
+	_, err := h.core.Reconcile(ctx, []Pod{kept, missing, plain, broken})
 	if FailedStep(err) != StepNetns || !strings.Contains(err.Error(), "broken") {
 		t.Fatalf("Reconcile error %v, want the broken pod's netns failure", err)
 	}
@@ -435,7 +435,7 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	h2 := newHarness(t, rec)
 	h2.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))
 	h2.opener.set(p.NetnsPath, 100)
-	if err := h2.core.Reconcile(ctx, []Pod{p}); err != nil {
+	if _, err := h2.core.Reconcile(ctx, []Pod{p}); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h2, "keep a inode=100", "add a inode=100 sa=sa-name-a")
@@ -456,7 +456,7 @@ func TestNodeWideRedirectionChange(t *testing.T) {
 	h3.core.SetDefaults(Settings{DNSCapture: false})
 	h3.redir.setNode(" ipv6=false", errors.New("pod has only IPv6 addresses"))
 	h3.opener.set(p.NetnsPath, 100)
-	if err := h3.core.Reconcile(ctx, []Pod{p}); err != nil {
+	if _, err := h3.core.Reconcile(ctx, []Pod{p}); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h3, "keep a inode=100", "add a inode=100 sa=sa-name-a")
@@ -586,7 +586,7 @@ func TestHandover(t *testing.T) {
 	if _, err := h.core.Enroll(ctx, h.pod("new", 1, meshOn)); FailedStep(err) != StepProxy {
 		t.Fatalf("Enroll of a starting pod without ztunnel = %v, want a ztunnel failure", err)
 	}
-	if err := h.core.Reconcile(ctx, []Pod{h.pod("running", 2, meshOn)}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{h.pod("running", 2, meshOn)}); err != nil {
 		t.Fatalf("Reconcile without ztunnel: %v", err)
 	}
 	wantState(t, h, "running", StateEnrolled, "")
@@ -602,11 +602,11 @@ func TestHandover(t *testing.T) {
 func TestReconcileClearsLeftoversOfSkippedPods(t *testing.T) {
 	h := newHarness(t)
 	running := h.pod("running", 7, nil)
-	if err := h.core.Reconcile(ctx, []Pod{running}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{running}); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h, "remove running inode=7 scope=all")
-	if err := h.core.Reconcile(ctx, []Pod{running}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{running}); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h)
@@ -626,7 +626,7 @@ func TestReconcileClearsLeftoversOfSkippedPods(t *testing.T) {
 func TestOtherAgentsPods(t *testing.T) {
 	h := newHarness(t)
 	other := h.pod("other", 7, map[string]string{"mesh": "other"})
-	if err := h.core.Reconcile(ctx, []Pod{other}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{other}); err != nil {
 		t.Fatal(err)
 	}
 	wantCalls(t, h)
@@ -654,7 +654,7 @@ func TestOtherAgentsPods(t *testing.T) {
 	h2 := newHarness(t, rec)
 	h2.resolver.setNamespace("default", map[string]string{"mesh": "other"})
 	h2.opener.set(mine.NetnsPath, 8)
-	if err := h2.core.Reconcile(ctx, []Pod{mine}); err != nil {
+	if _, err := h2.core.Reconcile(ctx, []Pod{mine}); err != nil {
 		t.Fatal(err)
 	}
 	wantState(t, h2, "mine", StateEnrolled, "")
@@ -802,7 +802,7 @@ func TestEnrollAdoptsCheckpointedIPs(t *testing.T) {
 		Settings: Settings{DNSCapture: true}, Redirection: "fake dns=true"})
 	p := h.pod("a", 100, meshOn)
 	p.IPs = nil
-	if err := h.core.Reconcile(ctx, []Pod{p}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{p}); err != nil {
 		t.Fatal(err)
 	}
 	if h.opener.addrReads != 0 {

@@ -103,7 +103,7 @@ func TestCheckpointedPodIsAdopted(t *testing.T) {
 			t.Errorf("before Reconcile: inherited(%s) = %v, want %v", uid, got, want)
 		}
 	}
-	if err := h.core.Reconcile(ctx, pods); err != nil {
+	if _, err := h.core.Reconcile(ctx, pods); err != nil {
 		t.Fatal(err)
 	}
 	// Claimed by their pods, or dropped (gone): no record is left over.
@@ -200,7 +200,7 @@ func TestDeadlineBoundsTheEnrollment(t *testing.T) {
 	}
 
 	// Pods that already run (Reconcile) are not cut short between steps.
-	if err := h.core.Reconcile(done, []Pod{h.pod("d", 400, meshOn)}); err != nil {
+	if _, err := h.core.Reconcile(done, []Pod{h.pod("d", 400, meshOn)}); err != nil {
 		t.Fatalf("Reconcile with the deadline passed: %v", err)
 	}
 	wantState(t, h, "d", StateEnrolled, "")
@@ -286,7 +286,7 @@ func TestAdoptionSkipsTheIPCheck(t *testing.T) {
 		h.opener.withoutIPs[pod.NetnsPath] = true
 		pods = append(pods, pod)
 	}
-	if err := h.core.Reconcile(ctx, pods); err == nil {
+	if _, err := h.core.Reconcile(ctx, pods); err == nil {
 		t.Fatal("Reconcile adopted every pod, want those it cannot prove refused")
 	}
 	wantState(t, h, "kept", StateEnrolled, "pod-label")
@@ -342,7 +342,7 @@ func TestInheritedPodsLeaveTheProxy(t *testing.T) {
 	optedOut.IPs = ip
 	adopted := h.pod("adopted", 3, meshOn)
 	adopted.IPs = ip
-	if err := h.core.Reconcile(ctx, []Pod{optedOut, adopted}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{optedOut, adopted}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -434,7 +434,7 @@ func TestHeldPodKeptWhileTheSourceCannotSay(t *testing.T) {
 	held := h.pod("held", 1, nil) // selected by its namespace's label, which nobody can read now
 	held.IPs = ip
 	other := h.pod("other", 2, nil)
-	if err := h.core.Reconcile(ctx, []Pod{held, other}); err != nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{held, other}); err != nil {
 		t.Fatal(err)
 	}
 	if st, _ := h.core.Status("held"); st.State != StateEnrolled || st.Reason != ReasonKeptUnknown {
@@ -513,7 +513,7 @@ func TestSkippedAfterAFailedAdoption(t *testing.T) {
 	h.resolver.mu.Lock()
 	h.resolver.err = errors.New("API server unreachable")
 	h.resolver.mu.Unlock()
-	if err := h.core.Reconcile(ctx, []Pod{p}); err == nil {
+	if _, err := h.core.Reconcile(ctx, []Pod{p}); err == nil {
 		t.Fatal("Reconcile with a failing resolver succeeded")
 	}
 	if got := h.rec.take(); len(got) != 0 {

@@ -52,7 +52,7 @@ func TestRunningPodRetried(t *testing.T) {
 
 	h.redir.setFailApply(errors.New("boom"))
 	p := h.pod("a", 100, meshOn)
-	if err := h.core.Reconcile(ctx, []Pod{p}); FailedStep(err) != StepRedirect {
+	if _, err := h.core.Reconcile(ctx, []Pod{p}); FailedStep(err) != StepRedirect {
 		t.Fatalf("Reconcile = %v, want a redirect failure", err)
 	}
 	st := wantState(t, h, "a", StateFailed, "boom")
@@ -177,7 +177,7 @@ func TestRetryOfABusyPodIsPutOff(t *testing.T) {
 	clk := &clock{t: time.Unix(1000, 0)}
 	h.core.now = clk.now
 	h.redir.setFailApply(errors.New("boom"))
-	if err := h.core.Reconcile(ctx, []Pod{h.pod("a", 100, meshOn)}); FailedStep(err) != StepRedirect {
+	if _, err := h.core.Reconcile(ctx, []Pod{h.pod("a", 100, meshOn)}); FailedStep(err) != StepRedirect {
 		t.Fatalf("Reconcile = %v, want a redirect failure", err)
 	}
 	h.redir.setFailApply(nil)

@@ -69,7 +69,7 @@ func TestReconcileKeepsTheCurrentSandbox(t *testing.T) {
 			if order == "new first" {
 				listing = []Pod{cur, old}
 			}
-			if err := h.core.Reconcile(ctx, listing); err != nil {
+			if _, err := h.core.Reconcile(ctx, listing); err != nil {
 				t.Fatal(err)
 			}
 			if got := h.rec.take(); len(got) != 0 {
@@ -120,7 +120,7 @@ func TestCheckpointNamesTheCurrentSandbox(t *testing.T) {
 			if order == "recorded last" {
 				listing = []Pod{other, recorded}
 			}
-			if err := h.core.Reconcile(ctx, listing); err != nil {
+			if _, err := h.core.Reconcile(ctx, listing); err != nil {
 				t.Fatal(err)
 			}
 			if st, _ := h.core.Status("p"); st.SandboxID != "sb-1" || st.State != StateEnrolled {
@@ -213,7 +213,7 @@ func FuzzSandboxEvents(f *testing.F) {
 				} else {
 					listing = append([]Pod{h.sandbox("p", current, inodeOf(current), meshOn)}, listing...)
 				}
-				if err := h.core.Reconcile(ctx, listing); err != nil {
+				if _, err := h.core.Reconcile(ctx, listing); err != nil {
 					t.Fatalf("op %d: Reconcile: %v", i, err)
 				}
 			}
@@ -242,4 +242,39 @@ func inodeOf(sb string) uint64 { return uint64(1 + (sb[len(sb)-1]-'0')&0x1) }
 
 func sameRecord(a, b Record) bool {
 	return a.sameEnrollment(&b) && a.SandboxID == b.SandboxID && a.NetnsCookie == b.NetnsCookie && a.Redirection == b.Redirection
+}
+
+// TestReconcileReportsLateEnrollments: of the pods a listing enrolls, late
+// are those no agent held in their sandbox before: not one this agent
+// enrolled, not one the previous agent's record names in that sandbox
+// (adopted), but a new pod and one recorded in another sandbox.
+func TestReconcileReportsLateEnrollments(t *testing.T) {
+	h0 := newHarness(t)
+	if _, err := h0.core.Enroll(ctx, h0.sandbox("adopted", "sb-a", 1, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h0.core.Enroll(ctx, h0.sandbox("replaced", "sb-r0", 2, meshOn)); err != nil {
+		t.Fatal(err)
+	}
+	adopted, _ := h0.core.Record("adopted")
+	replaced, _ := h0.core.Record("replaced")
+	h := newHarness(t, adopted, replaced)
+	known := h.sandbox("known", "sb-k", 3, meshOn)
+	if _, err := h.core.Enroll(ctx, known); err != nil {
+		t.Fatal(err)
+	}
+	listing := []Pod{known, h.sandbox("adopted", "sb-a", 1, meshOn), h.sandbox("replaced", "sb-r1", 4, meshOn),
+		h.sandbox("new", "sb-n", 5, meshOn), h.sandbox("plain", "sb-p", 6, nil)}
+	late, err := h.core.Reconcile(ctx, listing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range late {
+		got = append(got, p.UID+"/"+p.SandboxID)
+	}
+	slices.Sort(got)
+	if want := []string{"new/sb-n", "replaced/sb-r1"}; !slices.Equal(got, want) {
+		t.Fatalf("late %v, want %v", got, want)
+	}
 }
