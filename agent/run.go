@@ -202,7 +202,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("the checkpoint needs the kernel's boot ID: %w", err)
 	}
-	checkpointed := loadCheckpoint(cfg.StateDir, bootID, logger)
+	checkpointed := state.LoadAtStart(cfg.StateDir, bootID, logger)
 	var m *metrics
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
 		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// out: the previous meshlet's pods are named until this one adopts
 	// them or finds them gone, and the snapshot waits for the runtime's
 	// listing (bounded).
-	server.Resume(recordUIDs(checkpointed), core.Listed())
+	server.Resume(state.UIDs(checkpointed), core.Listed())
 	cniExcluded := newCNIExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
 	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6Followers: []ipv6Follower{redir},
 		cniExcluded: cniExcluded}
@@ -341,7 +341,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
-		runCheckpointer(ctx, cfg.StateDir, bootID, core, m.checkpointFailures.Inc)
+		state.RunWriter(ctx, cfg.StateDir, bootID, core, m.checkpointFailures.Inc)
 		return nil
 	})
 	var daemonSet *kube.DaemonSetWatch

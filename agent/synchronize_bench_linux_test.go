@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 )
 
@@ -38,9 +39,9 @@ func BenchmarkSynchronizeAdopts(b *testing.B) {
 func benchSynchronize(b *testing.B, n int) {
 	ctx := klog.NewContext(context.Background(), logr.Discard())
 	first := realCore(ctx, b)
-	state := &zdstest.State{}
-	defer state.Close()
-	zt := &zdstest.Ztunnel{State: state}
+	ztState := &zdstest.State{}
+	defer ztState.Close()
+	zt := &zdstest.Ztunnel{State: ztState}
 	if err := zt.Start(first.server.Addr()); err != nil {
 		b.Fatal(err)
 	}
@@ -61,16 +62,16 @@ func benchSynchronize(b *testing.B, n int) {
 	}
 	records, _ := first.core.Records()
 	zt.Stop() // the previous meshlet goes; ztunnel keeps its proxies
-	if len(state.Proxies()) != n {
-		b.Fatalf("ztunnel runs %d proxies before the restart, want %d", len(state.Proxies()), n)
+	if len(ztState.Proxies()) != n {
+		b.Fatalf("ztunnel runs %d proxies before the restart, want %d", len(ztState.Proxies()), n)
 	}
 
 	var synchronize, handedOver time.Duration
 	for b.Loop() {
 		b.StopTimer()
 		next := realCoreWith(ctx, b, redirect.DefaultConfig().IPv6, records...)
-		next.server.Resume(recordUIDs(records), next.core.Listed())
-		again := &zdstest.Ztunnel{State: state, Decide: func(*zdstest.Request) string {
+		next.server.Resume(state.UIDs(records), next.core.Listed())
+		again := &zdstest.Ztunnel{State: ztState, Decide: func(*zdstest.Request) string {
 			time.Sleep(2 * time.Millisecond)
 			return ""
 		}}
@@ -93,7 +94,7 @@ func benchSynchronize(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 		handedOver += time.Since(start)
-		if d := state.Disruptions(uids...); len(d) > 0 {
+		if d := ztState.Disruptions(uids...); len(d) > 0 {
 			b.Fatalf("the restart disrupted %d pods:\n%s", len(d), strings.Join(d, "\n"))
 		}
 		// This meshlet goes too, leaving the pods' rules for the next.

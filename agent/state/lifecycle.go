@@ -1,4 +1,4 @@
-package agent
+package state
 
 import (
 	"context"
@@ -8,15 +8,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/agent/state"
 )
 
-// checkpointInterval is how often the core's records are checked for
+// WriteInterval is how often the core's records are checked for
 // changes and, if they changed, written. Writes never happen inside a
 // runtime hook.
-const checkpointInterval = 2 * time.Second
+const WriteInterval = 2 * time.Second
 
-// loadCheckpoint reads the records a previous agent left. A corrupt
+// LoadAtStart reads the records a previous agent left. A corrupt
 // checkpoint is set aside loudly and ignored; one of another format version
 // (an upgrade) is ignored and replaced at the first write. Either way every
 // running pod's rules are rewritten once, which is always correct.
@@ -27,19 +26,19 @@ const checkpointInterval = 2 * time.Second
 // afresh. Records of an older meshlet, whose boot is not known, are kept:
 // the core adopts them only after checking each pod's addresses (see
 // enroll.Record), and the redirector keeps rules only where they are.
-func loadCheckpoint(dir, bootID string, logger klog.Logger) []enroll.Record {
-	if cut, err := state.RemoveCutWrites(dir); err != nil {
+func LoadAtStart(dir, bootID string, logger klog.Logger) []enroll.Record {
+	if cut, err := RemoveCutWrites(dir); err != nil {
 		logger.Error(err, "Removing the temporary files of unfinished checkpoint writes", "files", cut)
 	} else if len(cut) > 0 {
 		logger.Info("Removed the temporary files of checkpoint writes a killed meshlet never finished: the checkpoint before them stands", "files", cut)
 	}
-	cp, err := state.Load(dir)
-	if errors.Is(err, state.ErrOtherVersion) {
+	cp, err := Load(dir)
+	if errors.Is(err, ErrOtherVersion) {
 		logger.Info("Checkpoint of another meshlet version ignored: every running pod's rules will be rewritten once", "reason", err)
 		return nil
 	}
-	if errors.Is(err, state.ErrCorrupt) {
-		moved, merr := state.SetAside(dir, time.Now())
+	if errors.Is(err, ErrCorrupt) {
+		moved, merr := SetAside(dir, time.Now())
 		logger.Error(err, "Ignoring the checkpoint: every running pod's rules will be rewritten", "setAside", moved, "setAsideErr", merr)
 		return nil
 	}
@@ -60,8 +59,8 @@ func loadCheckpoint(dir, bootID string, logger klog.Logger) []enroll.Record {
 	return cp.Pods
 }
 
-// recordUIDs returns the UIDs of records.
-func recordUIDs(records []enroll.Record) []string {
+// UIDs returns the UIDs of records.
+func UIDs(records []enroll.Record) []string {
 	uids := make([]string, len(records))
 	for i, r := range records {
 		uids[i] = r.UID
@@ -69,7 +68,16 @@ func recordUIDs(records []enroll.Record) []string {
 	return uids
 }
 
-// runCheckpointer writes the core's records to the state dir whenever
+// Records is what the writer reads of the core: its published records
+// and their generation.
+type Records interface {
+	Generation() uint64
+	Records() ([]enroll.Record, uint64)
+}
+
+var _ Records = (*enroll.Core)(nil)
+
+// RunWriter writes the core's records to the state dir whenever
 // their generation moved, checked every tick and once more on the way out.
 // Nothing is written before the first change: until the runtime has listed
 // its pods, the previous agent's checkpoint is what a restart needs, and a
@@ -81,7 +89,7 @@ func recordUIDs(records []enroll.Record) []string {
 // disk and is retried at every tick; enrollments go on meanwhile. The
 // first failure is logged, repeats only at -v=2, and the write that
 // succeeds again says so; failed is called for each.
-func runCheckpointer(ctx context.Context, dir, bootID string, core *enroll.Core, failed func()) {
+func RunWriter(ctx context.Context, dir, bootID string, core Records, failed func()) {
 	logger := klog.FromContext(ctx)
 	var written uint64 // the generation on disk; 0: the previous agent's file
 	failing := false
@@ -90,10 +98,10 @@ func runCheckpointer(ctx context.Context, dir, bootID string, core *enroll.Core,
 			return
 		}
 		records, gen := core.Records()
-		if err := state.Save(dir, bootID, records); err != nil {
+		if err := Save(dir, bootID, records); err != nil {
 			failed()
 			if !failing {
-				logger.Error(err, "Writing the checkpoint failed, retrying every tick: enrollments go on, but a meshlet restarted meanwhile re-programs the pods the file on disk misses", "interval", checkpointInterval)
+				logger.Error(err, "Writing the checkpoint failed, retrying every tick: enrollments go on, but a meshlet restarted meanwhile re-programs the pods the file on disk misses", "interval", WriteInterval)
 			} else {
 				logger.V(2).Info("Writing the checkpoint failed again", "err", err)
 			}
@@ -106,7 +114,7 @@ func runCheckpointer(ctx context.Context, dir, bootID string, core *enroll.Core,
 		}
 		written = gen
 	}
-	tick := time.NewTicker(checkpointInterval)
+	tick := time.NewTicker(WriteInterval)
 	defer tick.Stop()
 	for {
 		select {

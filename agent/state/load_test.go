@@ -1,4 +1,4 @@
-package agent
+package state_test
 
 import (
 	"net/netip"
@@ -21,7 +21,7 @@ func TestCorruptCheckpointIsSetAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	logger, _ := ktesting.NewTestContext(t)
-	if got := loadCheckpoint(dir, "boot-1", logger); len(got) != 0 {
+	if got := state.LoadAtStart(dir, "boot-1", logger); len(got) != 0 {
 		t.Fatalf("records from a corrupt checkpoint: %v", got)
 	}
 	ents, err := os.ReadDir(dir)
@@ -42,7 +42,7 @@ func TestOlderCheckpointIsIgnoredQuietly(t *testing.T) {
 		t.Fatal(err)
 	}
 	logger, _ := ktesting.NewTestContext(t)
-	if got := loadCheckpoint(dir, "boot-1", logger); len(got) != 0 {
+	if got := state.LoadAtStart(dir, "boot-1", logger); len(got) != 0 {
 		t.Fatalf("records from an older checkpoint: %v", got)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, state.FileName)); err != nil || string(b) != string(old) {
@@ -63,17 +63,17 @@ func TestCheckpointOfAnotherBootIsDropped(t *testing.T) {
 	if err := state.Save(dir, "boot-1", records); err != nil {
 		t.Fatal(err)
 	}
-	if got := loadCheckpoint(dir, "boot-2", logger); len(got) != 0 {
+	if got := state.LoadAtStart(dir, "boot-2", logger); len(got) != 0 {
 		t.Fatalf("records adopted from another boot: %+v", got)
 	}
-	if got := loadCheckpoint(dir, "boot-1", logger); len(got) != 1 || got[0].NetnsCookie != 9 {
+	if got := state.LoadAtStart(dir, "boot-1", logger); len(got) != 1 || got[0].NetnsCookie != 9 {
 		t.Fatalf("records of this boot: %+v, want the one saved", got)
 	}
 	legacy := []byte(`{"version":2,"pods":[{"uid":"a","netnsInode":1,"ips":["192.0.2.1"]}]}`)
 	if err := os.WriteFile(filepath.Join(dir, state.FileName), legacy, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := loadCheckpoint(dir, "boot-2", logger); len(got) != 1 || got[0].SandboxID != "" {
+	if got := state.LoadAtStart(dir, "boot-2", logger); len(got) != 1 || got[0].SandboxID != "" {
 		t.Fatalf("records of an older meshlet: %+v, want the one it wrote", got)
 	}
 }
