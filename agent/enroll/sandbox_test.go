@@ -247,7 +247,8 @@ func sameRecord(a, b Record) bool {
 // TestReconcileReportsLateEnrollments: of the pods a listing enrolls, late
 // are those no agent held in their sandbox before: not one this agent
 // enrolled, not one the previous agent's record names in that sandbox
-// (adopted), but a new pod and one recorded in another sandbox.
+// (adopted), but a new pod and one recorded in another sandbox; a pod
+// listed in two sandboxes once, in the one Reconcile keeps.
 func TestReconcileReportsLateEnrollments(t *testing.T) {
 	h0 := newHarness(t)
 	if _, err := h0.core.Enroll(ctx, h0.sandbox("adopted", "sb-a", 1, meshOn)); err != nil {
@@ -264,7 +265,9 @@ func TestReconcileReportsLateEnrollments(t *testing.T) {
 		t.Fatal(err)
 	}
 	listing := []Pod{known, h.sandbox("adopted", "sb-a", 1, meshOn), h.sandbox("replaced", "sb-r1", 4, meshOn),
-		h.sandbox("new", "sb-n", 5, meshOn), h.sandbox("plain", "sb-p", 6, nil)}
+		h.sandbox("new", "sb-n", 5, meshOn), h.sandbox("plain", "sb-p", 6, nil),
+		// Listed twice: counted once, in the sandbox kept.
+		h.sandbox("twice", "sb-t0", 7, meshOn), h.sandbox("twice", "sb-t1", 8, meshOn)}
 	late, err := h.core.Reconcile(ctx, listing)
 	if err != nil {
 		t.Fatal(err)
@@ -274,7 +277,7 @@ func TestReconcileReportsLateEnrollments(t *testing.T) {
 		got = append(got, p.UID+"/"+p.SandboxID)
 	}
 	slices.Sort(got)
-	if want := []string{"new/sb-n", "replaced/sb-r1"}; !slices.Equal(got, want) {
+	if want := []string{"new/sb-n", "replaced/sb-r1", "twice/sb-t1"}; !slices.Equal(got, want) {
 		t.Fatalf("late %v, want %v", got, want)
 	}
 }
