@@ -28,10 +28,6 @@ import (
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
-// EnvPrefix prefixes the environment variable of every flag:
-// --ztunnel-socket is MESHLET_ZTUNNEL_SOCKET.
-const EnvPrefix = "MESHLET_"
-
 // Mode selects how pods reach the core.
 type Mode string
 
@@ -285,33 +281,6 @@ func checkStateDir(dir string) error {
 		}
 		return nil
 	}
-}
-
-// EnvName is the environment variable for a flag.
-func EnvName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
-// ApplyEnv sets every flag of fs that was not given on the command line
-// from its environment variable, if present. Call it after fs.Parse: the
-// command line wins.
-func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if given[f.Name] {
-			return
-		}
-		v, ok := lookup(EnvName(f.Name))
-		if !ok {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s=%q (flag --%s): %w", EnvName(f.Name), v, f.Name, err))
-		}
-	})
-	return errors.Join(errs...)
 }
 
 // listValue is a comma-separated list flag; setting it replaces the default.

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
 // FuzzFlagValue: any value for any flag, given on the command line or in
@@ -47,12 +49,12 @@ func FuzzFlagValue(f *testing.F) {
 		if err := fsEnv.Parse(nil); err != nil {
 			t.Fatal(err)
 		}
-		envErr := ApplyEnv(fsEnv, func(k string) (string, bool) { return value, k == EnvName(name) })
+		envErr := flagenv.ApplyEnv(fsEnv, func(k string) (string, bool) { return value, k == flagenv.EnvName(name) })
 		if (flagErr == nil) != (envErr == nil) {
 			t.Fatalf("--%s=%q: the command line gives %v, the environment %v", name, value, flagErr, envErr)
 		}
 		if flagErr != nil {
-			if !strings.Contains(flagErr.Error(), name) || !strings.Contains(envErr.Error(), EnvName(name)) {
+			if !strings.Contains(flagErr.Error(), name) || !strings.Contains(envErr.Error(), flagenv.EnvName(name)) {
 				t.Fatalf("errors do not name the flag: %v / %v", flagErr, envErr)
 			}
 			return

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
 func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
@@ -20,7 +22,7 @@ func parse(t *testing.T, args []string, env map[string]string) (Config, error) {
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
 	}
-	err := ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	err := flagenv.ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
 	return cfg, err
 }
 

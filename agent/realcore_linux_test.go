@@ -68,7 +68,7 @@ func realCoreWith(ctx context.Context, tb testing.TB, ipv6 bool, checkpointed ..
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = redir.Close() })
-	opener, err := newNetnsOpener(rcfg.HostNetnsFd, false)
+	opener, err := netns.NewOpener(rcfg.HostNetnsFd, false)
 	if err != nil {
 		tb.Fatal(err)
 	}

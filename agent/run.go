@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
@@ -157,7 +158,7 @@ func Run(ctx context.Context, cfg Config) error {
 		apiClient = api.client
 	}
 	standby, endStandby := context.WithCancel(root)
-	release, err := acquireNodeLock(root, cfg.StateDir, cfg.Policy.Revision, ready.standbyChecks(standby, cfg, apiClient))
+	release, err := state.AcquireNodeLock(root, cfg.StateDir, cfg.Policy.Revision, ready.standbyChecks(standby, cfg, apiClient))
 	endStandby()
 	if err != nil {
 		return stopped(ctx, root, err)
@@ -194,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if driver != nil {
 		reporters = append(reporters, driver)
 	}
-	opener, err := newNetnsOpener(cfg.Redirect.HostNetnsFd, cfg.SkipPodIPCheck)
+	opener, err := netns.NewOpener(cfg.Redirect.HostNetnsFd, cfg.SkipPodIPCheck)
 	if err != nil {
 		return err
 	}

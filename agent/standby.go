@@ -85,7 +85,7 @@ func runtimeAnswers(ctx context.Context, cfg Config, dial bool) error {
 	return nil
 }
 
-// standbyChecks returns what acquireNodeLock calls once it waits on
+// standbyChecks returns what state.AcquireNodeLock calls once it waits on
 // another meshlet: checks, in the background until ctx ends, of whether
 // this one could take the node over.
 func (r *readiness) standbyChecks(ctx context.Context, cfg Config, client kubernetes.Interface) func() {

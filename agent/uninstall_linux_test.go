@@ -42,7 +42,7 @@ func TestRemoveNodeState(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.StateDir = t.TempDir()
-	for _, name := range []string{state.FileName, claimstore.FileName, NodeLockFile} {
+	for _, name := range []string{state.FileName, claimstore.FileName, state.NodeLockFile} {
 		if err := os.WriteFile(filepath.Join(cfg.StateDir, name), []byte("{}"), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/meshlet/meshlet/agent"
+	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/flags.md from the flags (make docs)")
@@ -45,9 +46,9 @@ func renderFlagReference(fs *flag.FlagSet) []byte {
 <!-- Generated from the code by make docs (cmd/meshlet/flagref_test.go): do not edit. -->
 
 Every flag of ` + "`meshlet`" + ` and its commands, as ` + "`meshlet -h`" + ` prints them. Each also
-reads an environment variable, ` + "`" + agent.EnvPrefix + "`" + ` + the flag name in upper case with ` + "`-`" + `
+reads an environment variable, ` + "`" + flagenv.EnvPrefix + "`" + ` + the flag name in upper case with ` + "`-`" + `
 as ` + "`_`" + `; the command line wins. An invalid value exits with status 2 and a message
-naming the flag, before anything starts; a ` + "`" + agent.EnvPrefix + "*`" + ` variable no flag reads is
+naming the flag, before anything starts; a ` + "`" + flagenv.EnvPrefix + "*`" + ` variable no flag reads is
 logged as a warning with the closest known name. The Helm chart sets each through
 its values ([deploy/README.md](../deploy/README.md)).
 
@@ -61,7 +62,7 @@ its values ([deploy/README.md](../deploy/README.md)).
 		} else {
 			def = "`" + def + "`"
 		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, agent.EnvName(f.Name), def, markdownCell(f.Usage))
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, flagenv.EnvName(f.Name), def, markdownCell(f.Usage))
 	})
 	return b.Bytes()
 }

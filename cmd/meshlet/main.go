@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent"
+	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Environ(), os.Stderr)) }
@@ -54,7 +55,7 @@ func run(args, environ []string, stderr io.Writer) int {
 	cfg := agent.DefaultConfig()
 	fs := newFlagSet(&cfg)
 	fs.SetOutput(stderr)
-	agent.DescribeEnv(fs)
+	flagenv.DescribeEnv(fs)
 	flagsUsage := fs.Usage
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni] [flags]\n"+
@@ -85,8 +86,8 @@ func run(args, environ []string, stderr io.Writer) int {
 		return 2
 	}
 	// Before the checks below: a misspelt variable may be why they fail.
-	agent.WarnUnknownEnv(klog.Background(), fs, environ)
-	if err := agent.ApplyEnv(fs, lookupIn(environ)); err != nil {
+	flagenv.WarnUnknownEnv(klog.Background(), fs, environ)
+	if err := flagenv.ApplyEnv(fs, lookupIn(environ)); err != nil {
 		fmt.Fprintf(stderr, "meshlet: %v\n", err)
 		return 2
 	}

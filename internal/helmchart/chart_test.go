@@ -26,6 +26,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent"
 	"github.com/meshlet/meshlet/agent/nodesettings"
+	"github.com/meshlet/meshlet/internal/flagenv"
 	"github.com/meshlet/meshlet/internal/helmchart"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
@@ -443,14 +444,14 @@ func TestChartConfigFlags(t *testing.T) {
 	ds := only[*appsv1.DaemonSet](t, renderValues(t, string(values)))
 	vars := env(t, ds)
 	fs, _ = daemonFlags()
-	if err := agent.ApplyEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
+	if err := flagenv.ApplyEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
 		t.Fatalf("the daemon refuses the rendered variables: %v", err)
 	}
 	for name, s := range configSamples {
-		if v, ok := vars[agent.EnvName(name)]; !ok {
-			t.Errorf("config.%s: no %s rendered", name, agent.EnvName(name))
+		if v, ok := vars[flagenv.EnvName(name)]; !ok {
+			t.Errorf("config.%s: no %s rendered", name, flagenv.EnvName(name))
 		} else if got := fs.Lookup(name).Value.String(); got != s.want {
-			t.Errorf("config.%s=%v: rendered %s=%q, the daemon reads %q, want %q", name, s.value, agent.EnvName(name), v, got, s.want)
+			t.Errorf("config.%s=%v: rendered %s=%q, the daemon reads %q, want %q", name, s.value, flagenv.EnvName(name), v, got, s.want)
 		}
 	}
 }
@@ -462,10 +463,10 @@ func daemonReads(t *testing.T, ds *appsv1.DaemonSet) agent.Config {
 	t.Helper()
 	fs, cfg := daemonFlags()
 	known := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { known[agent.EnvName(f.Name)] = true })
+	fs.VisitAll(func(f *flag.Flag) { known[flagenv.EnvName(f.Name)] = true })
 	vars := map[string]string{}
 	for _, e := range ds.Spec.Template.Spec.Containers[0].Env {
-		if !known[e.Name] && strings.HasPrefix(e.Name, agent.EnvPrefix) {
+		if !known[e.Name] && strings.HasPrefix(e.Name, flagenv.EnvPrefix) {
 			t.Errorf("%s is no flag's variable", e.Name)
 		}
 		switch {
@@ -477,7 +478,7 @@ func daemonReads(t *testing.T, ds *appsv1.DaemonSet) agent.Config {
 			t.Errorf("%s: unexpected source %+v", e.Name, e.ValueFrom)
 		}
 	}
-	if err := agent.ApplyEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
+	if err := flagenv.ApplyEnv(fs, func(k string) (string, bool) { v, ok := vars[k]; return v, ok }); err != nil {
 		t.Fatal(err)
 	}
 	return *cfg

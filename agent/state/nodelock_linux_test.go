@@ -1,4 +1,4 @@
-package agent
+package state
 
 import (
 	"context"
@@ -16,28 +16,28 @@ import (
 func TestNodeLockRevisions(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	release, err := acquireNodeLock(ctx, dir, "stable", nil)
+	release, err := AcquireNodeLock(ctx, dir, "stable", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(dir, NodeLockFile)); string(b) != "stable" {
 		t.Fatalf("lock file holds %q, want the holder's revision", b)
 	}
-	_, err = acquireNodeLock(ctx, dir, "canary", nil)
+	_, err = AcquireNodeLock(ctx, dir, "canary", nil)
 	if err == nil || !strings.Contains(err.Error(), `revision "stable"`) || !strings.Contains(err.Error(), `revision "canary"`) || !strings.Contains(err.Error(), "--state-dir") {
 		t.Fatalf("another revision's meshlet on the same state dir: %v, want a refusal naming both revisions and --state-dir", err)
 	}
 	for _, rev := range []string{"stable", ""} {
 		waited := false
 		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		_, err = acquireNodeLock(short, dir, rev, func() { waited = true })
+		_, err = AcquireNodeLock(short, dir, rev, func() { waited = true })
 		cancel()
 		if !waited || err == nil || !strings.Contains(err.Error(), "waiting for the node lock") {
 			t.Errorf("a successor with revision %q: waited=%v, %v; want it to wait for the holder", rev, waited, err)
 		}
 	}
 	release()
-	release, err = acquireNodeLock(ctx, dir, "", nil)
+	release, err = AcquireNodeLock(ctx, dir, "", nil)
 	if err != nil {
 		t.Fatalf("the holder gone: %v", err)
 	}

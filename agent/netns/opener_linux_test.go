@@ -1,4 +1,4 @@
-package agent
+package netns_test
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 	privtest.RequireRoot(t)
 	pod := netnstest.New(t)
 
-	own, err := newNetnsOpener(-1, false)
+	own, err := netns.NewOpener(-1, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestOpenerRefusesTheNodesNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.Close()
-	other, err := newNetnsOpener(netnstest.Fd(t, node), false)
+	other, err := netns.NewOpener(netnstest.Fd(t, node), false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestSkipPodIPCheck(t *testing.T) {
 	pod := netnstest.New(t) // no addresses
 	ips := []netip.Addr{netip.MustParseAddr("192.0.2.10")}
 	for _, skip := range []bool{false, true} {
-		o, err := newNetnsOpener(-1, skip)
+		o, err := netns.NewOpener(-1, skip)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,8 +1,9 @@
-package agent
+package flagenv
 
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"testing"
 
 	"k8s.io/klog/v2/ktesting"
@@ -10,8 +11,9 @@ import (
 
 func TestUnknownEnvIsWarnedWithClosestName(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	cfg := DefaultConfig()
-	cfg.AddFlags(fs)
+	for _, name := range []string{"ztunnel-socket", "node-name", "state-dir"} {
+		fs.String(name, "", "")
+	}
 	logger := ktesting.NewLogger(t, ktesting.NewConfig(ktesting.BufferLogs(true)))
 	WarnUnknownEnv(logger, fs, []string{
 		"MESHLET_ZTUNEL_SOCKET=/run/z.sock", // a typo
@@ -45,5 +47,23 @@ func TestClosest(t *testing.T) {
 		if got := closest(name, known); got != want {
 			t.Errorf("closest(%s) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+func TestApplyEnvCommandLineWinsAndBadValueNamesBoth(t *testing.T) {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	sock := fs.String("ztunnel-socket", "/default.sock", "")
+	node := fs.String("node-name", "", "")
+	fs.Bool("ipv6", true, "")
+	if err := fs.Parse([]string{"--ztunnel-socket=/from/flag.sock"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"MESHLET_ZTUNNEL_SOCKET": "/from/env.sock", "MESHLET_NODE_NAME": "node-a", "MESHLET_IPV6": "sometimes"}
+	err := ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if *sock != "/from/flag.sock" || *node != "node-a" {
+		t.Fatalf("ztunnel-socket=%q node-name=%q: want the command line's socket and the environment's node", *sock, *node)
+	}
+	if err == nil || !strings.Contains(err.Error(), "MESHLET_IPV6") || !strings.Contains(err.Error(), "--ipv6") {
+		t.Fatalf("error %v, want one naming MESHLET_IPV6 and --ipv6", err)
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package netns
 
 import (
 	"fmt"
@@ -6,17 +6,15 @@ import (
 	"path/filepath"
 
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/agent/netns"
 )
 
-// netnsOpener adapts agent/netns to the core's NetnsOpener port. Beyond
-// the kernel's word that a path is a network namespace (netns.Open), it
-// refuses two things: a path that is not absolute and clean (no "..", no
+// Opener is the core's NetnsOpener port. Beyond the kernel's word that a
+// path is a network namespace (Open), it refuses two things: a path that is not absolute and clean (no "..", no
 // "//"), and the node's own network namespace (enroll.ErrNodeNetns). The
 // second would have meshlet redirect the node's traffic to ztunnel; the
 // core takes such a pod for what it is, a host-network pod (CRI-O reports
 // the node's namespace, pinned, for those).
-type netnsOpener struct {
+type Opener struct {
 	node uint64 // the node's netns inode
 	// anyIPs hands out namespaces whose HoldsAddrs accepts any address
 	// (--skip-pod-ip-check).
@@ -24,34 +22,34 @@ type netnsOpener struct {
 }
 
 var (
-	_ enroll.NetnsOpener = netnsOpener{}
-	_ enroll.Netns       = (*netns.Handle)(nil)
+	_ enroll.NetnsOpener = Opener{}
+	_ enroll.Netns       = (*Handle)(nil)
 )
 
-// newNetnsOpener identifies the node's network namespace: the one at
+// NewOpener identifies the node's network namespace: the one at
 // hostNetnsFd (redirect.Config.HostNetnsFd), or meshlet's own when it is
 // -1 (the DaemonSet runs on the host network).
-func newNetnsOpener(hostNetnsFd int, skipPodIPCheck bool) (netnsOpener, error) {
+func NewOpener(hostNetnsFd int, skipPodIPCheck bool) (Opener, error) {
 	if hostNetnsFd >= 0 {
-		inode, err := netns.Identify(hostNetnsFd)
+		inode, err := Identify(hostNetnsFd)
 		if err != nil {
-			return netnsOpener{}, fmt.Errorf("the node's network namespace: %w", err)
+			return Opener{}, fmt.Errorf("the node's network namespace: %w", err)
 		}
-		return netnsOpener{node: inode, anyIPs: skipPodIPCheck}, nil
+		return Opener{node: inode, anyIPs: skipPodIPCheck}, nil
 	}
-	h, err := netns.Open("/proc/self/ns/net")
+	h, err := Open("/proc/self/ns/net")
 	if err != nil {
-		return netnsOpener{}, fmt.Errorf("the node's network namespace: %w", err)
+		return Opener{}, fmt.Errorf("the node's network namespace: %w", err)
 	}
 	defer h.Close()
-	return netnsOpener{node: h.Inode(), anyIPs: skipPodIPCheck}, nil
+	return Opener{node: h.Inode(), anyIPs: skipPodIPCheck}, nil
 }
 
-func (o netnsOpener) Open(path string) (enroll.Netns, error) {
+func (o Opener) Open(path string) (enroll.Netns, error) {
 	if !filepath.IsAbs(path) || filepath.Clean(path) != path {
 		return nil, fmt.Errorf("netns path %q: want an absolute path with no . or .. elements", path)
 	}
-	h, err := netns.Open(path)
+	h, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -67,6 +65,6 @@ func (o netnsOpener) Open(path string) (enroll.Netns, error) {
 
 // anyIPsNetns is a namespace taken to hold whatever IPs the runtime
 // reports (--skip-pod-ip-check).
-type anyIPsNetns struct{ *netns.Handle }
+type anyIPsNetns struct{ *Handle }
 
 func (anyIPsNetns) HoldsAddrs([]netip.Addr) error { return nil }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package agent
+package state
 
 import "context"
 
@@ -8,5 +8,5 @@ import "context"
 // serving the node holds for as long as it runs.
 const NodeLockFile = "meshlet.lock"
 
-// acquireNodeLock is a no-op where meshlet cannot run.
-func acquireNodeLock(context.Context, string, string, func()) (func(), error) { return func() {}, nil }
+// AcquireNodeLock is a no-op where meshlet cannot run.
+func AcquireNodeLock(context.Context, string, string, func()) (func(), error) { return func() {}, nil }

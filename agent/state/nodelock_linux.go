@@ -1,4 +1,4 @@
-package agent
+package state
 
 import (
 	"context"
@@ -20,7 +20,7 @@ const NodeLockFile = "meshlet.lock"
 // lockPoll is how often a waiting meshlet tries the lock.
 const lockPoll = 100 * time.Millisecond
 
-// acquireNodeLock waits until this process holds the node lock. During a
+// AcquireNodeLock waits until this process holds the node lock. During a
 // DaemonSet update two meshlets can run on a node; the runtime's NRI
 // registration and ztunnel's socket belong to one of them at a time, so
 // the new one waits here, before it touches either, until the old one
@@ -32,7 +32,7 @@ const lockPoll = 100 * time.Millisecond
 // a meshlet of one revision never waits for another revision's, which is
 // not a predecessor but a neighbour given the same --state-dir, and would
 // never exit. That is refused, naming both.
-func acquireNodeLock(ctx context.Context, stateDir, revision string, waiting func()) (release func(), err error) {
+func AcquireNodeLock(ctx context.Context, stateDir, revision string, waiting func()) (release func(), err error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", stateDir, err)
 	}

@@ -1,6 +1,11 @@
-package agent
+// Package flagenv gives every flag of a flag set an environment variable,
+// which is how a DaemonSet sets it: MESHLET_ + the flag name in upper case
+// with - as _. The command line wins; a MESHLET_* variable no flag reads is
+// warned about, with the name it was probably meant to be.
+package flagenv
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"slices"
@@ -8,6 +13,37 @@ import (
 
 	"k8s.io/klog/v2"
 )
+
+// EnvPrefix prefixes the environment variable of every flag:
+// --ztunnel-socket is MESHLET_ZTUNNEL_SOCKET.
+const EnvPrefix = "MESHLET_"
+
+// EnvName is the environment variable for a flag.
+func EnvName(flagName string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ApplyEnv sets every flag of fs that was not given on the command line
+// from its environment variable, if present. Call it after fs.Parse: the
+// command line wins.
+func ApplyEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		v, ok := lookup(EnvName(f.Name))
+		if !ok {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			errs = append(errs, fmt.Errorf("%s=%q (flag --%s): %w", EnvName(f.Name), v, f.Name, err))
+		}
+	})
+	return errors.Join(errs...)
+}
 
 // DescribeEnv makes fs's usage (-h, or a bad flag) name each flag's
 // environment variable, which is how a DaemonSet sets it. Call it once
