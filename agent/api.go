@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/nodesettings/live"
 	"github.com/meshlet/meshlet/agent/policy"
 )
 
@@ -23,7 +24,7 @@ type apiClients struct {
 	events  *kube.Events
 	// settings watches --config-map into node; nil without.
 	settings *kube.ConfigMapWatch
-	node     *nodeSettings
+	node     *live.Settings
 	// tags watches Istio's revision tags into the policy (--revision);
 	// nil without.
 	tags *revisionTags
@@ -31,7 +32,7 @@ type apiClients struct {
 
 // watchSettings makes the --config-map ConfigMaps, once run starts their
 // informers, feed s.
-func (a *apiClients) watchSettings(ctx context.Context, refs []kube.ObjectRef, s *nodeSettings) {
+func (a *apiClients) watchSettings(ctx context.Context, refs []kube.ObjectRef, s *live.Settings) {
 	if len(refs) == 0 {
 		return
 	}

@@ -94,7 +94,7 @@ type Config struct {
 	SkipPodIPCheck bool
 	// ConfigMaps hold NodeSettings documents merged, in order, over the
 	// flags' values of the settings they give, and watched: a change
-	// applies while meshlet runs (see nodeSettings).
+	// applies while meshlet runs (see agent/nodesettings/live).
 	ConfigMaps []kube.ObjectRef
 	// LogVerbosity is klog's -v (a node setting too).
 	LogVerbosity int
@@ -157,7 +157,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Policy.Revision, "revision", c.Policy.Revision, "the Istio revision this meshlet serves: only the pods whose namespace (or, in a namespace without one, the pod itself) has label "+policy.RevisionLabel+" naming it, or a revision tag of it, are enrolled, so that each revision's meshlet and ztunnel take their own pods on a node that runs two (each then needs its own --state-dir, --ztunnel-socket, --nri-plugin-index and ports); empty: every pod, whatever its revision")
 	fs.Var(flagenum.New(&c.Policy.RevisionlessPods, "revisionless pods", policy.RevisionlessDefaultTag, policy.RevisionlessEnroll, policy.RevisionlessSkip), "revisionless-pods",
 		"with --revision: whether the pods that select no revision are this revision's: default-tag (Istio's rule: when the revision tag "+strconv.Quote(policy.DefaultTag)+" points to it, or, with no such tag, when the revision is named "+strconv.Quote(policy.DefaultRevision)+"), enroll or skip")
-	fs.Var(configMapRefs{&c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
+	fs.Var(kube.ObjectRefList{Dst: &c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
 	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
 }
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
@@ -191,7 +192,7 @@ func TestNodeSettingsFlags(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := (configMapRefs{&cfg.ConfigMaps}).String(); got != "meshlet/a,istio-system/b,meshlet/c" || cfg.LogVerbosity != 4 {
+	if got := (kube.ObjectRefList{Dst: &cfg.ConfigMaps}).String(); got != "meshlet/a,istio-system/b,meshlet/c" || cfg.LogVerbosity != 4 {
 		t.Fatalf("config maps %s, verbosity %d", got, cfg.LogVerbosity)
 	}
 	for arg, want := range map[string]string{"-v=11": "want 0 to 10", "--config-map=settings": "NAMESPACE/NAME"} {

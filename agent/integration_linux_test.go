@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/policy"
@@ -280,7 +281,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 	go func() { nextErr <- Run(nextCtx, next) }()
 	probe := func(c Config) (string, error) {
 		var out strings.Builder
-		err := Probe(context.Background(), c, "readyz", &out)
+		err := health.Probe(context.Background(), c.HealthSocket, "readyz", &out)
 		return out.String(), err
 	}
 	var answer string
@@ -307,7 +308,7 @@ func TestRunServesUntilCancelled(t *testing.T) {
 			c.Close()
 		}
 	}()
-	for deadline := time.Now().Add(3 * standbyInterval); answer != "ok: "+standbyDetail+"\n"; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * health.StandbyInterval); answer != "ok: "+health.StandbyDetail+"\n"; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the second meshlet's readiness while the first serves: %q, %v; want ok (standby)", answer, err)
 		}

@@ -13,10 +13,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/debug"
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/nodesettings"
+	"github.com/meshlet/meshlet/agent/nodesettings/live"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
@@ -24,6 +27,7 @@ import (
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
+	"github.com/meshlet/meshlet/internal/httpserve"
 	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
 )
@@ -46,8 +50,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	// The node settings, until the ConfigMaps are read: the flags' with the
 	// last good documents of the ConfigMaps saved in --state-dir.
-	live := newNodeSettings(ctx, cfg)
-	initial := live.Values()
+	liveSettings := live.New(ctx, flagValues(cfg), cfg.StateDir, cfg.ConfigMaps)
+	initial := liveSettings.Values()
 	if err := setLogVerbosity(initial.LogVerbosity); err != nil {
 		return err
 	}
@@ -89,8 +93,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer api.events.Shutdown()
 		resolver, status = api.watcher, api.status
-		api.watchSettings(ctx, cfg.ConfigMaps, live)
-		live.invalid = api.events.InvalidSettings
+		api.watchSettings(ctx, cfg.ConfigMaps, liveSettings)
 		if cfg.Policy.Revision != "" {
 			api.watchRevisionTags(ctx, pol)
 		}
@@ -114,7 +117,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	live.valid = settingsValidMetric(reg, cfg.ConfigMaps)
 	var driver *draplugin.Driver
 	stopDRA := func() {}
 	if dra {
@@ -140,30 +142,30 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		defer func() { stopDRA() }()
 	}
-	ready := &readiness{warnings: live.problems}
+	ready := &health.Readiness{Warnings: liveSettings.Problems}
 	if driver != nil {
-		ready.setPlugin(driver.Serving, cfg.DRA.PodUID == "")
+		ready.SetPlugin(driver.Serving, cfg.DRA.PodUID == "")
 	}
 	if cfg.HealthSocket != "" {
 		// Served before the node lock: a meshlet waiting for the
 		// previous one to exit (a surge update) is probed too.
-		s, err := serveHealthSocket(cfg.HealthSocket, healthHandler(ready.check))
+		s, err := health.ServeSocket(cfg.HealthSocket, health.Handler(ready.Check))
 		if err != nil {
 			return err
 		}
-		defer stopHTTP(logger, s)
+		defer s.StopLogged(logger)
 	}
 	var apiClient kubernetes.Interface
 	if api != nil {
 		apiClient = api.client
 	}
 	standby, endStandby := context.WithCancel(root)
-	release, err := state.AcquireNodeLock(root, cfg.StateDir, cfg.Policy.Revision, ready.standbyChecks(standby, cfg, apiClient))
+	release, err := state.AcquireNodeLock(root, cfg.StateDir, cfg.Policy.Revision, standbyChecks(standby, ready, cfg, apiClient))
 	endStandby()
 	if err != nil {
 		return stopped(ctx, root, err)
 	}
-	ready.lockHeld.Store(true)
+	ready.SetLockHeld()
 	if driver != nil && cfg.DRA.PodUID == "" {
 		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
 	}
@@ -224,13 +226,17 @@ func Run(ctx context.Context, cfg Config) error {
 	if driver != nil {
 		targets.ipv6Followers = append(targets.ipv6Followers, driver)
 	}
-	live.apply = func(ctx context.Context, v nodesettings.Values) {
+	hooks := live.Hooks{Valid: settingsValidMetric(reg, cfg.ConfigMaps), Apply: func(ctx context.Context, v nodesettings.Values) {
 		targets.apply(ctx, v)
 		if api != nil {
 			// Through the label changes' path: debounced, after sync.
 			api.watcher.RequestReevaluation()
 		}
+	}}
+	if api != nil {
+		hooks.Invalid = api.events.InvalidSettings
 	}
+	liveSettings.SetHooks(hooks)
 	if api != nil {
 		m = newMetrics(reg, core, server, api.watcher, api.events)
 	} else {
@@ -283,30 +289,30 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return source.notReady()
 	}
-	ready.serving.Store(&serving)
+	ready.SetServing(serving)
 	// Stopped before the node lock goes: a successor binds the same ports.
-	var servers []*httpServer
+	var servers []*httpserve.Server
 	defer func() {
 		for _, s := range servers {
-			stopHTTP(logger, s)
+			s.StopLogged(logger)
 		}
 	}()
 	// The TCP listeners, unlike the health socket, are the serving
 	// meshlet's: their ports are the node's (host network).
 	if cfg.HealthAddr != "" {
-		s, err := listenHTTP("health", cfg.HealthAddr, healthHandler(ready.check))
+		s, err := httpserve.Listen("health", cfg.HealthAddr, health.Handler(ready.Check))
 		if err != nil {
 			return err
 		}
 		servers = append(servers, s)
 	}
-	debug, err := listenDebug(cfg.StateDir, debugHandler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server, live.debug))
+	debugServer, err := debug.Listen(cfg.StateDir, debug.Handler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server, liveSettings.Report))
 	if err != nil {
 		return err
 	}
-	servers = append(servers, debug)
+	servers = append(servers, debugServer)
 	if cfg.MetricsAddr != "" {
-		s, err := listenHTTP("metrics", cfg.MetricsAddr, metricsHandler(reg))
+		s, err := httpserve.Listen("metrics", cfg.MetricsAddr, metricsHandler(reg))
 		if err != nil {
 			return err
 		}

@@ -6,18 +6,13 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/redirect"
 )
-
-// standbyInterval is how often a meshlet waiting on the node lock checks
-// again that it could take the node over.
-const standbyInterval = 5 * time.Second
 
 // canTakeOver says, changing nothing, whether this meshlet could serve the
 // node once it holds the node lock: the runtime answers (its NRI socket
@@ -88,52 +83,13 @@ func runtimeAnswers(ctx context.Context, cfg Config, dial bool) error {
 // standbyChecks returns what state.AcquireNodeLock calls once it waits on
 // another meshlet: checks, in the background until ctx ends, of whether
 // this one could take the node over.
-func (r *readiness) standbyChecks(ctx context.Context, cfg Config, client kubernetes.Interface) func() {
+func standbyChecks(ctx context.Context, r *health.Readiness, cfg Config, client kubernetes.Interface) func() {
 	return func() {
 		dial := true // until the runtime has answered once
-		go r.watchTakeover(ctx, func(ctx context.Context) error {
+		go r.WatchTakeover(ctx, func(ctx context.Context) error {
 			err := canTakeOver(ctx, cfg, client, dial)
 			dial = dial && err != nil
 			return err
 		})
 	}
 }
-
-// watchTakeover checks every standbyInterval, until ctx ends, whether this
-// standby could take over (check, each bounded by standbyInterval),
-// publishing the answer for /readyz and logging each change.
-func (r *readiness) watchTakeover(ctx context.Context, check func(context.Context) error) {
-	logger := klog.FromContext(ctx)
-	var last *takeoverResult
-	for {
-		cctx, cancel := context.WithTimeout(ctx, standbyInterval)
-		res := &takeoverResult{err: check(cctx), at: time.Now()}
-		cancel()
-		if ctx.Err() != nil {
-			return // the lock was taken meanwhile: the answer is moot
-		}
-		r.takeover.Store(res)
-		switch {
-		case res.err == nil && (last == nil || last.err != nil):
-			logger.Info("Standby: ready to take the node over when the meshlet serving it exits")
-		case res.err != nil && (last == nil || last.err == nil || last.err.Error() != res.err.Error()):
-			logger.Info("Standby: cannot take the node over; not ready", "reason", res.err)
-		}
-		last = res
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(standbyInterval):
-		}
-	}
-}
-
-// takeoverResult is one answer of canTakeOver, and when it was given.
-type takeoverResult struct {
-	err error
-	at  time.Time
-}
-
-// takeoverStale is how old a standby's last answer may be before /readyz
-// stops trusting it (a check that hangs past its bound, or a stuck loop).
-const takeoverStale = 3 * standbyInterval

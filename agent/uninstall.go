@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/nodesettings/live"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
@@ -62,7 +63,7 @@ func removeNodeState(logger klog.Logger, cfg Config, redir *redirect.Redirector)
 		logger.Error(err, "Removing meshlet's node-side rules")
 	}
 	var errs []error
-	for _, name := range []string{state.FileName, claimstore.FileName, settingsStateFile} {
+	for _, name := range []string{state.FileName, claimstore.FileName, live.FileName} {
 		if err := os.Remove(filepath.Join(cfg.StateDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	listersv1 "k8s.io/client-go/listers/core/v1"
@@ -114,3 +116,49 @@ func configMapOf(cm *corev1.ConfigMap) *ConfigMap {
 
 // Len is how many ConfigMaps w watches.
 func (w *ConfigMapWatch) Len() int { return len(w.refs) }
+
+// ObjectRefList is a flag of object references: repeatable, each
+// NAMESPACE/NAME (or a comma-separated list of them, as an environment
+// variable gives them).
+type ObjectRefList struct{ Dst *[]ObjectRef }
+
+func (r ObjectRefList) String() string {
+	if r.Dst == nil {
+		return ""
+	}
+	parts := make([]string, len(*r.Dst))
+	for i, ref := range *r.Dst {
+		parts[i] = ref.String()
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r ObjectRefList) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		ref, err := ParseObjectRef(item)
+		if err != nil {
+			return err
+		}
+		*r.Dst = append(*r.Dst, ref)
+	}
+	return nil
+}
+
+// ParseObjectRef reads NAMESPACE/NAME.
+func ParseObjectRef(s string) (ObjectRef, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok {
+		return ObjectRef{}, fmt.Errorf("%q: want NAMESPACE/NAME", s)
+	}
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return ObjectRef{}, fmt.Errorf("%q: namespace %s", s, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return ObjectRef{}, fmt.Errorf("%q: name %s", s, strings.Join(errs, "; "))
+	}
+	return ObjectRef{Namespace: ns, Name: name}, nil
+}

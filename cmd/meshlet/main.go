@@ -15,6 +15,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent"
+	"github.com/meshlet/meshlet/agent/debug"
+	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
@@ -31,13 +33,13 @@ var commands = map[string]command{
 	"install-cni":   {run: func(ctx context.Context, cfg agent.Config, _ string) error { return agent.InstallCNI(ctx, cfg) }},
 	"uninstall-cni": {run: func(ctx context.Context, cfg agent.Config, _ string) error { return agent.UninstallCNI(ctx, cfg) }},
 	"status": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
-		return agent.Status(ctx, cfg, os.Stdout)
+		return debug.Status(ctx, cfg.StateDir, os.Stdout)
 	}},
 	"enable-nri": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
 		return agent.CheckNRI(ctx, cfg, os.Stdout)
 	}},
-	"probe": {arg: strings.Join(agent.ProbeEndpoints, "|"), run: func(ctx context.Context, cfg agent.Config, endpoint string) error {
-		return agent.Probe(ctx, cfg, endpoint, os.Stdout)
+	"probe": {arg: strings.Join(health.ProbeEndpoints, "|"), run: func(ctx context.Context, cfg agent.Config, endpoint string) error {
+		return health.Probe(ctx, cfg.HealthSocket, endpoint, os.Stdout)
 	}},
 }
 

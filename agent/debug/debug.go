@@ -1,4 +1,8 @@
-package agent
+// Package debug is meshlet's local debug socket, in the state directory:
+// /debug/pods (the node's pods as meshlet sees them) and /debug/settings
+// over HTTP, root only, never on a network address; and meshlet status,
+// which prints them.
+package debug
 
 import (
 	"context"
@@ -14,13 +18,15 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/nodesettings/live"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/internal/httpserve"
 	"github.com/meshlet/meshlet/internal/unixsock"
 )
 
-// DebugSocketName is the local debug socket in --state-dir: /debug/pods
-// over HTTP, mode 0600 (root only), never on a network address.
-const DebugSocketName = "debug.sock"
+// SocketName is the local debug socket in --state-dir: /debug/pods over
+// HTTP, mode 0600 (root only), never on a network address.
+const SocketName = "debug.sock"
 
 // debugPods is /debug/pods: the node's pods as meshlet sees them.
 type debugPods struct {
@@ -61,23 +67,26 @@ type debugPod struct {
 	LastError string    `json:"lastError,omitempty"`
 }
 
-// podsView is what /debug/pods reads from the core.
-type podsView interface {
+// PodsView is what /debug/pods reads from the core.
+type PodsView interface {
 	Pods() []enroll.PodStatus
 	Record(uid string) (enroll.Record, bool)
 }
 
-var _ podsView = (*enroll.Core)(nil)
+var _ PodsView = (*enroll.Core)(nil)
 
-// ztunnelView is what /debug/pods reads from the ZDS server.
-type ztunnelView interface {
+// ZtunnelView is what /debug/pods reads from the ZDS server.
+type ZtunnelView interface {
 	Connections() int
 	RefusedPods() map[string]string
 }
 
-var _ ztunnelView = (*zds.Server)(nil)
+var _ ZtunnelView = (*zds.Server)(nil)
 
-func debugHandler(node string, revision func() (string, []string), mode func() string, core podsView, zt ztunnelView, settings func() debugSettings) http.Handler {
+// Handler serves /debug/pods and /debug/settings: node is the node's
+// name, revision the Istio revision served and its tags, mode the pod
+// source in use.
+func Handler(node string, revision func() (string, []string), mode func() string, core PodsView, zt ZtunnelView, settings func() live.Report) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/settings", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -112,25 +121,25 @@ func debugHandler(node string, revision func() (string, []string), mode func() s
 	return mux
 }
 
-// listenDebug serves h on the debug socket in stateDir.
-func listenDebug(stateDir string, h http.Handler) (*httpServer, error) {
-	ln, err := unixsock.ListenStream(filepath.Join(stateDir, DebugSocketName), 0o700, 0o600)
+// Listen serves h on the debug socket in stateDir.
+func Listen(stateDir string, h http.Handler) (*httpserve.Server, error) {
+	ln, err := unixsock.ListenStream(filepath.Join(stateDir, SocketName), 0o700, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("debug socket: %w", err)
 	}
-	return serveHTTP(ln, h), nil
+	return httpserve.Serve(ln, h), nil
 }
 
 // Status prints the node's pods as the running meshlet sees them (meshlet
-// status), from its debug socket in --state-dir.
-func Status(ctx context.Context, cfg Config, w io.Writer) error {
-	path := filepath.Join(cfg.StateDir, DebugSocketName)
-	client := unixHTTPClient(path, 5*time.Second)
+// status), from its debug socket in stateDir (--state-dir).
+func Status(ctx context.Context, stateDir string, w io.Writer) error {
+	path := filepath.Join(stateDir, SocketName)
+	client := httpserve.UnixClient(path, 5*time.Second)
 	var pods debugPods
 	if err := getDebug(ctx, client, path, "/debug/pods", &pods); err != nil {
 		return err
 	}
-	var settings debugSettings
+	var settings live.Report
 	if err := getDebug(ctx, client, path, "/debug/settings", &settings); err != nil {
 		return err
 	}
@@ -162,7 +171,7 @@ func getDebug(ctx context.Context, client *http.Client, socket, endpoint string,
 
 // printSettings writes the effective node settings, then where each
 // ConfigMap stands.
-func printSettings(w io.Writer, v debugSettings) error {
+func printSettings(w io.Writer, v live.Report) error {
 	e := v.Effective
 	fmt.Fprintf(w, "\nsettings: dnsCapture=%t ipv6=%t excludedNamespaces=%s deniedRuntimeHandlers=%s dataplaneModeLabel=%s enrollTimeout=%v logVerbosity=%d\n",
 		e.DNSCapture, e.IPv6, strings.Join(e.ExcludedNamespaces, ","), strings.Join(e.DeniedRuntimeHandlers, ","), e.DataplaneModeLabel, e.EnrollTimeout, e.LogVerbosity)

@@ -1,4 +1,4 @@
-package agent
+package live
 
 import (
 	"encoding/json"
@@ -13,25 +13,25 @@ import (
 	"github.com/meshlet/meshlet/internal/strictjson"
 )
 
-// settingsStateFile, in --state-dir, holds each --config-map's last good
+// FileName, in --state-dir, holds each --config-map's last good
 // NodeSettings document: a restarted meshlet applies them until it reads
 // the ConfigMaps again, and keeps them for a ConfigMap whose document has
 // since become invalid.
 const (
-	settingsStateFile    = "node-settings.json"
-	settingsStateVersion = 1
+	FileName     = "node-settings.json"
+	stateVersion = 1
 )
 
-type settingsState struct {
+type savedState struct {
 	Version int `json:"version"`
 	// Documents are keyed by NAMESPACE/NAME.
 	Documents map[string]*nodesettings.Document `json:"documents"`
 }
 
-// loadSettingsState returns the saved documents; none when there is no
+// Load returns the saved documents; none when there is no
 // file. A file that cannot be used is an error (and no documents).
-func loadSettingsState(dir string) (map[string]*nodesettings.Document, error) {
-	path := filepath.Join(dir, settingsStateFile)
+func Load(dir string) (map[string]*nodesettings.Document, error) {
+	path := filepath.Join(dir, FileName)
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -39,12 +39,12 @@ func loadSettingsState(dir string) (map[string]*nodesettings.Document, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
-	var st settingsState
+	var st savedState
 	if err := strictjson.Decode(b, &st); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if st.Version != settingsStateVersion {
-		return nil, fmt.Errorf("%s: version %d, want %d", path, st.Version, settingsStateVersion)
+	if st.Version != stateVersion {
+		return nil, fmt.Errorf("%s: version %d, want %d", path, st.Version, stateVersion)
 	}
 	for ref, d := range st.Documents {
 		if d == nil {
@@ -57,10 +57,10 @@ func loadSettingsState(dir string) (map[string]*nodesettings.Document, error) {
 	return st.Documents, nil
 }
 
-// saveSettingsState writes the sources' last good documents (temporary
+// save writes the sources' last good documents (temporary
 // file, then rename).
-func saveSettingsState(dir string, sources []*configMapSource) error {
-	st := settingsState{Version: settingsStateVersion, Documents: map[string]*nodesettings.Document{}}
+func save(dir string, sources []*configMapSource) error {
+	st := savedState{Version: stateVersion, Documents: map[string]*nodesettings.Document{}}
 	for _, src := range sources {
 		if src.good != nil {
 			st.Documents[src.ref.String()] = src.good
@@ -68,10 +68,10 @@ func saveSettingsState(dir string, sources []*configMapSource) error {
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
-		return fmt.Errorf("encode %s: %w", settingsStateFile, err)
+		return fmt.Errorf("encode %s: %w", FileName, err)
 	}
-	if err := atomicfile.Write(dir, settingsStateFile, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", filepath.Join(dir, settingsStateFile), err)
+	if err := atomicfile.Write(dir, FileName, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Join(dir, FileName), err)
 	}
 	return nil
 }

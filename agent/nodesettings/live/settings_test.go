@@ -1,4 +1,4 @@
-package agent
+package live
 
 import (
 	"context"
@@ -29,22 +29,26 @@ type settingsProbe struct {
 	valid   map[string]bool
 }
 
-func newSettingsUnderTest(t *testing.T, stateDir string, refs ...kube.ObjectRef) (*nodeSettings, *settingsProbe) {
+// flagValues are meshlet's default flags' settings.
+var flagValues = nodesettings.Values{ExcludedNamespaces: []string{"kube-system"}, DNSCapture: true, IPv6: true,
+	DataplaneModeLabel: "istio.io/dataplane-mode", EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)}
+
+func newSettingsUnderTest(t *testing.T, stateDir string, refs ...kube.ObjectRef) (*Settings, *settingsProbe) {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.StateDir, cfg.NodeName, cfg.ConfigMaps = stateDir, "node-a", refs
-	s := newNodeSettings(klog.NewContext(context.Background(), klog.Background()), cfg)
+	s := New(klog.NewContext(context.Background(), klog.Background()), flagValues.Clone(), stateDir, refs)
 	p := &settingsProbe{valid: map[string]bool{}}
 	prev := s.Values()
-	s.apply = func(_ context.Context, v nodesettings.Values) {
-		p.applied = append(p.applied, v)
-		p.changes = append(p.changes, nodesettings.Diff(prev, v))
-		prev = v
-	}
-	s.invalid = func(ref kube.ObjectRef, _ types.UID, err error) {
-		p.invalid = append(p.invalid, ref.String()+": "+err.Error())
-	}
-	s.valid = func(ref kube.ObjectRef, ok bool) { p.valid[ref.String()] = ok }
+	s.SetHooks(Hooks{
+		Apply: func(_ context.Context, v nodesettings.Values) {
+			p.applied = append(p.applied, v)
+			p.changes = append(p.changes, nodesettings.Diff(prev, v))
+			prev = v
+		},
+		Invalid: func(ref kube.ObjectRef, _ types.UID, err error) {
+			p.invalid = append(p.invalid, ref.String()+": "+err.Error())
+		},
+		Valid: func(ref kube.ObjectRef, ok bool) { p.valid[ref.String()] = ok },
+	})
 	return s, p
 }
 
@@ -86,10 +90,10 @@ func TestNodeSettingsMergeInOrderAndApplyChanges(t *testing.T) {
 		t.Fatalf("override's enrollTimeout not applied: %+v", v)
 	}
 	s.Observe(ctx, 1, is(nil))
-	if v := s.Values(); v.EnrollTimeout != nodesettings.Duration(DefaultConfig().NRI.EnrollTimeout) || !slices.Equal(v.ExcludedNamespaces, []string{"kube-system", "batch"}) {
+	if v := s.Values(); v.EnrollTimeout != flagValues.EnrollTimeout || !slices.Equal(v.ExcludedNamespaces, []string{"kube-system", "batch"}) {
 		t.Fatalf("override deleted: %+v, want the flags' enrollTimeout and the base's namespaces", v)
 	}
-	d := s.debug()
+	d := s.Report()
 	if d.Sources[0].State != sourceApplied || d.Sources[1].State != sourceAbsent || !slices.Equal(d.Sources[0].Gives, []string{"dnsCapture", "excludedNamespaces"}) {
 		t.Fatalf("debug: %+v", d.Sources)
 	}
@@ -101,17 +105,17 @@ func TestNodeSettingsKeepTheLastGoodDocument(t *testing.T) {
 	s, p := newSettingsUnderTest(t, dir, baseRef)
 	s.Observe(ctx, 0, is(settingsConfigMap("1", "dnsCapture: false\n")))
 	s.Observe(ctx, 0, is(settingsConfigMap("2", "dnsCapture: false\nenrollTimeout: 5s\n")))
-	if v := s.Values(); v.DNSCapture || v.EnrollTimeout != nodesettings.Duration(DefaultConfig().NRI.EnrollTimeout) {
+	if v := s.Values(); v.DNSCapture || v.EnrollTimeout != flagValues.EnrollTimeout {
 		t.Fatalf("after an invalid document: %+v, want the last good one's", v)
 	}
 	if len(p.applied) != 1 || len(p.invalid) != 1 || !strings.Contains(p.invalid[0], "enrollTimeout: Invalid value") || p.valid["meshlet/base"] {
 		t.Fatalf("applied %d, invalid %q, valid %v", len(p.applied), p.invalid, p.valid)
 	}
-	if w := s.problems(); len(w) != 1 || !strings.Contains(w[0], "meshlet/base") || !strings.Contains(w[0], "last good") {
+	if w := s.Problems(); len(w) != 1 || !strings.Contains(w[0], "meshlet/base") || !strings.Contains(w[0], "last good") {
 		t.Fatalf("problems: %q", w)
 	}
 	// The saved state holds the last good document, not the invalid one.
-	saved, err := loadSettingsState(dir)
+	saved, err := Load(dir)
 	if err != nil || saved["meshlet/base"] == nil || saved["meshlet/base"].EnrollTimeout != nil {
 		t.Fatalf("saved %+v, %v; want the last good document", saved, err)
 	}
@@ -128,8 +132,8 @@ func TestNodeSettingsKeepTheLastGoodDocument(t *testing.T) {
 	}
 	// Fixed: valid again, problem gone.
 	s2.Observe(ctx, 0, is(settingsConfigMap("3", "dnsCapture: true\n")))
-	if !s2.Values().DNSCapture || !p2.valid["meshlet/base"] || len(s2.problems()) != 0 {
-		t.Fatalf("fixed: %+v, valid %v, problems %q", s2.Values(), p2.valid, s2.problems())
+	if !s2.Values().DNSCapture || !p2.valid["meshlet/base"] || len(s2.Problems()) != 0 {
+		t.Fatalf("fixed: %+v, valid %v, problems %q", s2.Values(), p2.valid, s2.Problems())
 	}
 }
 
@@ -143,11 +147,11 @@ func TestNodeSettingsStateFileRefused(t *testing.T) {
 		`{"version": 1, "documents": {"meshlet/base": ` + doc + `, "meshlet/other": null}}`,
 		`{"version": 1, "documents": {"meshlet/base": ` + doc + `}} trailing`,
 	} {
-		if err := os.WriteFile(filepath.Join(dir, settingsStateFile), []byte(bad), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, FileName), []byte(bad), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if docs, err := loadSettingsState(dir); err == nil {
-			t.Errorf("loadSettingsState(%s) = %v, want an error", bad, docs)
+		if docs, err := Load(dir); err == nil {
+			t.Errorf("Load(%s) = %v, want an error", bad, docs)
 		}
 		// And meshlet starts from the flags.
 		s, _ := newSettingsUnderTest(t, dir, baseRef)
@@ -157,35 +161,17 @@ func TestNodeSettingsStateFileRefused(t *testing.T) {
 	}
 }
 
-func TestConfigMapFlag(t *testing.T) {
-	var refs []kube.ObjectRef
-	v := configMapRefs{&refs}
-	for _, arg := range []string{"meshlet/base", "meshlet/a,istio-system/b"} {
-		if err := v.Set(arg); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if v.String() != "meshlet/base,meshlet/a,istio-system/b" {
-		t.Fatalf("refs %s", v)
-	}
-	for _, bad := range []string{"base", "Meshlet/base", "meshlet/Base_1", "/base"} {
-		if err := (configMapRefs{&refs}).Set(bad); err == nil {
-			t.Errorf("--config-map=%s accepted", bad)
-		}
-	}
-}
-
 // A ConfigMap whose first document cannot be used, with nothing saved,
 // gives nothing, and says so; one never read is a problem too.
 func TestNodeSettingsInvalidWithoutLastGood(t *testing.T) {
 	ctx := context.Background()
 	s, p := newSettingsUnderTest(t, t.TempDir(), baseRef, overrideRef)
-	if w := s.problems(); len(w) != 2 || !strings.Contains(w[0], "not read yet") {
+	if w := s.Problems(); len(w) != 2 || !strings.Contains(w[0], "not read yet") {
 		t.Fatalf("before any read: problems %q, want both ConfigMaps not read yet", w)
 	}
 	s.Observe(ctx, 0, is(settingsConfigMap("1", "dnsCapture: maybe\n")))
 	s.Observe(ctx, 1, is(nil))
-	if w := s.problems(); len(w) != 1 || !strings.Contains(w[0], "gives nothing") || strings.Contains(w[0], "last good") {
+	if w := s.Problems(); len(w) != 1 || !strings.Contains(w[0], "gives nothing") || strings.Contains(w[0], "last good") {
 		t.Fatalf("problems %q", w)
 	}
 	if len(p.invalid) != 1 || !strings.Contains(p.invalid[0], "gives nothing") || len(p.applied) != 0 || !s.Values().DNSCapture {

@@ -1,4 +1,4 @@
-package agent
+package debug
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/nodesettings"
+	"github.com/meshlet/meshlet/agent/nodesettings/live"
 )
 
 // fakePods stands in for the core (its states are tested in agent/enroll).
@@ -45,11 +46,11 @@ func (fakePods) Record(uid string) (enroll.Record, bool) {
 }
 
 func TestDebugPodsAndStatus(t *testing.T) {
-	settings := debugSettings{Effective: nodesettings.Values{DNSCapture: false, IPv6: true, ExcludedNamespaces: []string{"kube-system", "batch"},
+	settings := live.Report{Effective: nodesettings.Values{DNSCapture: false, IPv6: true, ExcludedNamespaces: []string{"kube-system", "batch"},
 		DataplaneModeLabel: "istio.io/dataplane-mode", LogVerbosity: 2, EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)},
-		Sources: []debugSource{{ConfigMap: "meshlet-system/meshlet-settings", State: sourceInvalid, ResourceVersion: "12",
+		Sources: []live.SourceReport{{ConfigMap: "meshlet-system/meshlet-settings", State: "invalid", ResourceVersion: "12",
 			Error: "settings.yaml: dnsCapture: invalid", Gives: []string{"dnsCapture", "excludedNamespaces"}}}}
-	h := debugHandler("node-a", func() (string, []string) { return "", nil }, func() string { return "nri" }, fakePods{}, fakeZtunnel{}, func() debugSettings { return settings })
+	h := Handler("node-a", func() (string, []string) { return "", nil }, func() string { return "nri" }, fakePods{}, fakeZtunnel{}, func() live.Report { return settings })
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
 	var v debugPods
@@ -65,18 +66,17 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	}
 
 	// meshlet status reads it from the debug socket in --state-dir.
-	cfg := DefaultConfig()
-	cfg.StateDir = t.TempDir()
-	srv, err := listenDebug(cfg.StateDir, h)
+	stateDir := t.TempDir()
+	srv, err := Listen(stateDir, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.stop()
-	if fi, err := os.Stat(filepath.Join(cfg.StateDir, DebugSocketName)); err != nil || fi.Mode().Perm() != 0o600 {
+	defer srv.Stop()
+	if fi, err := os.Stat(filepath.Join(stateDir, SocketName)); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("debug socket: %v, mode %v; want 0600", err, fi.Mode())
 	}
 	var out bytes.Buffer
-	if err := Status(context.Background(), cfg, &out); err != nil {
+	if err := Status(context.Background(), stateDir, &out); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 3 pod(s)", "NAMESPACE", "SANDBOX", "shop", "web", "enrolled", "1m", "9e8d7c6b5a4f3 ", "4026532000", "acked", "not-selected",
@@ -89,8 +89,8 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	}
 
 	// No meshlet running: the error says where it looked.
-	cfg.StateDir = t.TempDir()
-	if err := Status(context.Background(), cfg, &out); err == nil || !strings.Contains(err.Error(), cfg.StateDir) {
-		t.Fatalf("status without a meshlet = %v, want an error naming %s", err, cfg.StateDir)
+	stateDir = t.TempDir()
+	if err := Status(context.Background(), stateDir, &out); err == nil || !strings.Contains(err.Error(), stateDir) {
+		t.Fatalf("status without a meshlet = %v, want an error naming %s", err, stateDir)
 	}
 }
