@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/cnifallback/cri"
@@ -60,7 +61,7 @@ func pluginSource(cfg Config) (string, error) {
 
 // newCNIMode assembles CNI mode over the core; excluded keeps meshlet-cni's
 // entry in step with the node settings.
-func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redirector, excluded *cniExclusions) (*cnifallback.Fallback, error) {
+func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redirect.Redirector, excluded *cniExclusions) (*cnifallback.Fallback, error) {
 	icfg, err := installConfig(cfg, true)
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics, redir *redirect.Redir
 		// The first install is not a re-assert, nor a rewrite for new
 		// node settings.
 		if trigger != "start" && trigger != "settings" {
-			m.cniReasserts.Inc()
+			m.CNIReasserted()
 		}
 		// A pod set up while the entry was missing started outside the
 		// chain: list the runtime's pods soon to enroll it.

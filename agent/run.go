@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
@@ -115,18 +114,17 @@ func Run(ctx context.Context, cfg Config) error {
 		decide = claimPolicy{labels: pol, claims: claims}
 		settings = append([]enroll.SettingsSource{claims}, settings...)
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := metrics.NewRegistry()
 	var driver *draplugin.Driver
 	stopDRA := func() {}
 	if dra {
 		driver, err = draplugin.New(cfg.DRA, draplugin.Deps{Client: api.client, NodeName: cfg.NodeName, Claims: claims,
 			Pods: api.watcher, Policy: pol, Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6,
-			ObservePrepare: draPrepareObserver(reg)})
+			ObservePrepare: metrics.DRAPrepareObserver(reg)})
 		if err != nil {
 			return err
 		}
-		registerDRAMetrics(reg, driver, claims)
+		metrics.RegisterDRA(reg, driver, claims)
 		if cfg.DRA.Gate.Enabled {
 			// Before the plugin serves: a prepared device names the spec.
 			if err := cfg.DRA.InstallGate(); err != nil {
@@ -206,7 +204,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("the checkpoint needs the kernel's boot ID: %w", err)
 	}
 	checkpointed := state.LoadAtStart(cfg.StateDir, bootID, logger)
-	var m *metrics
+	var m *metrics.Metrics
 	core, err := enroll.New(enroll.Ports{Resolver: resolver, Policy: decide, Settings: settings,
 		Opener: opener, Redirector: redir, Proxy: server, Status: reporters},
 		enroll.Config{Defaults: podDefaults, Checkpointed: checkpointed, Retried: func(pod enroll.PodRef, attempt int, next time.Duration, err error) {
@@ -226,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if driver != nil {
 		targets.ipv6Followers = append(targets.ipv6Followers, driver)
 	}
-	hooks := live.Hooks{Valid: settingsValidMetric(reg, cfg.ConfigMaps), Apply: func(ctx context.Context, v nodesettings.Values) {
+	hooks := live.Hooks{Valid: metrics.SettingsValid(reg, cfg.ConfigMaps), Apply: func(ctx context.Context, v nodesettings.Values) {
 		targets.apply(ctx, v)
 		if api != nil {
 			// Through the label changes' path: debounced, after sync.
@@ -238,11 +236,11 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	liveSettings.SetHooks(hooks)
 	if api != nil {
-		m = newMetrics(reg, core, server, api.watcher, api.events)
+		m = metrics.New(reg, core, server, api.watcher, api.events)
 	} else {
-		m = newMetrics(reg, core, server, nil, nil)
+		m = metrics.New(reg, core, server, nil, nil)
 	}
-	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.mode.WithLabelValues(string(mode)).Set(1) },
+	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.Mode(string(mode)) },
 		build: func(ctx context.Context, mode Mode) (podSource, error) {
 			if mode == ModeCNI {
 				if cfg.Policy.Revision != "" {
@@ -312,7 +310,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	servers = append(servers, debugServer)
 	if cfg.MetricsAddr != "" {
-		s, err := httpserve.Listen("metrics", cfg.MetricsAddr, metricsHandler(reg))
+		s, err := httpserve.Listen("metrics", cfg.MetricsAddr, metrics.Handler(reg))
 		if err != nil {
 			return err
 		}
@@ -323,7 +321,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if dra {
 		// Also with --gate=false: containers of pods prepared while the
 		// gate was on carry its device, and must keep starting.
-		gate, err := gateserver.Listen(gateserver.Config{SocketPath: cfg.DRA.Gate.Socket, Timeout: cfg.DRA.Gate.Timeout, Observe: gateObserver(reg)}, core)
+		gate, err := gateserver.Listen(gateserver.Config{SocketPath: cfg.DRA.Gate.Socket, Timeout: cfg.DRA.Gate.Timeout, Observe: metrics.GateObserver(reg)}, core)
 		if err != nil {
 			return err
 		}
@@ -348,7 +346,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil
 	})
 	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
-		state.RunWriter(ctx, cfg.StateDir, bootID, core, m.checkpointFailures.Inc)
+		state.RunWriter(ctx, cfg.StateDir, bootID, core, m.CheckpointFailed)
 		return nil
 	})
 	var daemonSet *kube.DaemonSetWatch

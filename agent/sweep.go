@@ -10,6 +10,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/cnifallback/cri"
 	"github.com/meshlet/meshlet/nriplugin"
@@ -64,7 +65,7 @@ var _ runtimeLister = (*cri.Lister)(nil)
 // runtime's list of ready sandboxes for twice the interval is gone (NRI
 // enrolls a pod a few milliseconds before the runtime marks its sandbox
 // ready).
-func newRemovalSweep(core sweptCore, plugin *nriplugin.Plugin, m *metrics, cfg Config) *removalSweep {
+func newRemovalSweep(core sweptCore, plugin *nriplugin.Plugin, m *metrics.Metrics, cfg Config) *removalSweep {
 	return &removalSweep{core: core, metrics: m, interval: cfg.CNI.ResyncInterval,
 		absences: cri.NewAbsences(2 * cfg.CNI.ResyncInterval),
 		dial: func(ctx context.Context) (runtimeLister, error) {
