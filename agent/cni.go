@@ -3,9 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -19,50 +16,17 @@ import (
 	"github.com/meshlet/meshlet/cnifallback/install"
 )
 
-// installConfig is the installer's configuration: the plugin's entry
-// names the agent's socket and the namespaces that start while the agent
-// is away (the node's excluded namespaces and ztunnel's, so the mesh's
-// own infrastructure can come up on a node without an agent). withBinary
-// adds the meshlet-cni binary to install (and to remove on uninstall).
-func installConfig(cfg Config, withBinary bool) (install.Config, error) {
-	exclude := append(slices.Clone(cfg.Policy.ExcludedNamespaces), cfg.Policy.ZtunnelNamespace)
-	icfg := install.Config{ConfDir: cfg.CNI.ConfDir, BinDir: cfg.CNI.BinDir, AgentSocket: cfg.CNI.Socket,
-		ExcludeNamespaces: exclude, OwnConflist: cfg.CNI.OwnConflist}
-	if !withBinary {
-		return icfg, nil
-	}
-	bin, err := pluginSource(cfg)
-	if err != nil {
-		return install.Config{}, err
-	}
-	fi, err := os.Stat(bin)
-	if err != nil {
-		return install.Config{}, fmt.Errorf("--cni-plugin-binary=%q: the meshlet-cni binary to install: %w", bin, err)
-	}
-	if !fi.Mode().IsRegular() {
-		return install.Config{}, fmt.Errorf("--cni-plugin-binary=%q: the meshlet-cni binary to install is not a regular file", bin)
-	}
-	icfg.PluginBinary = bin
-	return icfg, nil
-}
-
-// pluginSource is the meshlet-cni binary meshlet installs: --cni-plugin-binary,
-// or meshlet-cni next to meshlet's executable.
-func pluginSource(cfg Config) (string, error) {
-	if cfg.CNI.PluginBinary != "" {
-		return cfg.CNI.PluginBinary, nil
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return "", fmt.Errorf("--cni-plugin-binary: locating meshlet's executable: %w", err)
-	}
-	return filepath.Join(filepath.Dir(exe), install.PluginType), nil
+// CNIExcluded are the namespaces meshlet-cni's entry lets start while
+// meshlet is away: the excluded namespaces and ztunnel's, so the mesh's
+// own infrastructure can come up on a node without an agent.
+func (c Config) CNIExcluded() []string {
+	return append(slices.Clone(c.Policy.ExcludedNamespaces), c.Policy.ZtunnelNamespace)
 }
 
 // newCNIMode assembles CNI mode over the core; excluded keeps meshlet-cni's
 // entry in step with the node settings.
-func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redirect.Redirector, excluded *cniExclusions) (*cnifallback.Fallback, error) {
-	icfg, err := installConfig(cfg, true)
+func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redirect.Redirector, excluded *cnifallback.Exclusions) (*cnifallback.Fallback, error) {
+	icfg, err := cfg.CNI.InstallerConfig(cfg.CNIExcluded(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +45,7 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redire
 	if err != nil {
 		return nil, err
 	}
-	excluded.attach(inst)
+	excluded.Attach(inst)
 	fb = cnifallback.New(cfg.CNI, cnifallback.Deps{Core: core, Installer: inst, Metrics: m,
 		DialRuntime: func(ctx context.Context) (cnifallback.Lister, error) {
 			if cfg.CNI.CRISocket != "" {
@@ -105,70 +69,12 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redire
 // through NRI (the runtime gained NRI since meshlet last ran in CNI mode,
 // or it was installed by hand): nothing serves its socket in NRI mode, so
 // an entry left behind would fail every pod outside its excluded
-// namespaces. The binary stays (see uninstallCNIOnStop).
+// namespaces. The binary stays (a runtime may still run it for an old pod's DEL).
 func removeStaleCNI(ctx context.Context, cfg Config) {
-	icfg, err := installConfig(cfg, false)
-	if err == nil {
-		err = uninstall(ctx, icfg)
-	}
-	if err != nil {
+	if err := cnifallback.RemoveFromChain(ctx, cfg.CNI, cfg.CNIExcluded()); err != nil {
 		klog.FromContext(ctx).Error(err, "Removing meshlet-cni from the CNI chain (NRI serves this node)", "confDir", cfg.CNI.ConfDir)
 	}
 }
 
-func uninstall(ctx context.Context, icfg install.Config) error {
-	inst, err := install.New(icfg)
-	if err != nil {
-		return err
-	}
-	return inst.Uninstall(ctx)
-}
-
 // errStandaloneCNI: CNI passes no labels, so CNI mode needs the API server.
 var errStandaloneCNI = errors.New("the runtime offers no NRI and CNI mode needs the API server (CNI passes no pod labels to select pods by): drop --standalone, or enable NRI in the runtime")
-
-// InstallCNI chains meshlet-cni once (meshlet install-cni), for nodes
-// prepared before meshlet runs: from then on the runtime refuses pods
-// outside the plugin's excluded namespaces until meshlet serves them.
-func InstallCNI(ctx context.Context, cfg Config) error {
-	if err := cfg.CNI.Validate(); err != nil {
-		return err
-	}
-	icfg, err := installConfig(cfg, true)
-	if err != nil {
-		return err
-	}
-	inst, err := install.New(icfg)
-	if err != nil {
-		return err
-	}
-	out, err := inst.Install(ctx)
-	if err != nil {
-		return err
-	}
-	klog.FromContext(ctx).Info("meshlet-cni chained", "conflist", out.Conflist, "wrote", out.Wrote, "binaryWrote", out.BinaryWrote)
-	return nil
-}
-
-// UninstallCNI removes what the installer added, the binary included
-// (meshlet uninstall-cni). Run it with meshlet stopped: a running meshlet
-// in CNI mode puts its entry back.
-func UninstallCNI(ctx context.Context, cfg Config) error {
-	if err := cfg.CNI.Validate(); err != nil {
-		return err
-	}
-	icfg, err := installConfig(cfg, false)
-	if err != nil {
-		return err
-	}
-	// With its source named, Uninstall removes the copy in BinDir; the
-	// source itself need not exist any more.
-	if icfg.PluginBinary, err = pluginSource(cfg); err != nil {
-		return err
-	}
-	if err := uninstall(ctx, icfg); err != nil {
-		return err
-	}
-	klog.FromContext(ctx).Info("meshlet-cni removed from the CNI chain", "confDir", cfg.CNI.ConfDir, "binDir", cfg.CNI.BinDir)
-	return nil
-}

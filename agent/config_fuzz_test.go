@@ -74,7 +74,7 @@ func FuzzFlagValue(f *testing.F) {
 		}
 		// CNI mode's installer is configured from the same settings
 		// whichever mode the node ends up in (--mode auto picks later).
-		icfg, ierr := installConfig(fromFlag, false)
+		icfg, ierr := fromFlag.CNI.InstallerConfig(fromFlag.CNIExcluded(), false)
 		if ierr == nil {
 			ierr = icfg.Validate()
 		}

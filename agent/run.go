@@ -23,6 +23,7 @@ import (
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds"
+	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
@@ -218,7 +219,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// them or finds them gone, and the snapshot waits for the runtime's
 	// listing (bounded).
 	server.Resume(state.UIDs(checkpointed), core.Listed())
-	cniExcluded := newCNIExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
+	cniExcluded := cnifallback.NewExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
 	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6Followers: []ipv6Follower{redir},
 		cniExcluded: cniExcluded}
 	if driver != nil {

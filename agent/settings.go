@@ -13,6 +13,7 @@ import (
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
 )
 
@@ -95,7 +96,7 @@ type settingsTargets struct {
 	// attributes.
 	ipv6Followers []ipv6Follower
 	// cniExcluded is meshlet-cni's entry's share (CNI mode).
-	cniExcluded *cniExclusions
+	cniExcluded *cnifallback.Exclusions
 }
 
 // apply puts v into effect for what starts from now on: the policy's

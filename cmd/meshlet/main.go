@@ -17,6 +17,7 @@ import (
 	"github.com/meshlet/meshlet/agent"
 	"github.com/meshlet/meshlet/agent/debug"
 	"github.com/meshlet/meshlet/agent/health"
+	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
@@ -30,8 +31,12 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"install-cni":   {run: func(ctx context.Context, cfg agent.Config, _ string) error { return agent.InstallCNI(ctx, cfg) }},
-	"uninstall-cni": {run: func(ctx context.Context, cfg agent.Config, _ string) error { return agent.UninstallCNI(ctx, cfg) }},
+	"install-cni": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
+		return cnifallback.Install(ctx, cfg.CNI, cfg.CNIExcluded())
+	}},
+	"uninstall-cni": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
+		return cnifallback.Uninstall(ctx, cfg.CNI, cfg.CNIExcluded())
+	}},
 	"status": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
 		return debug.Status(ctx, cfg.StateDir, os.Stdout)
 	}},

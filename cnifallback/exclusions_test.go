@@ -1,4 +1,4 @@
-package agent
+package cnifallback
 
 import (
 	"slices"
@@ -19,17 +19,17 @@ func (r *recordingInstaller) SetExcludeNamespaces(ns []string) bool {
 // they change before CNI mode's installer exists or after.
 func TestCNIExclusionsFollowTheNodeSettings(t *testing.T) {
 	given := []string{"kube-system"}
-	c := newCNIExclusions("istio-system", given)
+	c := NewExclusions("istio-system", given)
 	given[0] = "changed-by-the-caller"
 	c.SetExcludedNamespaces([]string{"kube-system", "batch"}) // before CNI mode
 	in := &recordingInstaller{}
-	c.attach(in)
+	c.Attach(in)
 	c.SetExcludedNamespaces([]string{"batch"})
 	want := [][]string{{"kube-system", "batch", "istio-system"}, {"batch", "istio-system"}}
 	if !slices.EqualFunc(in.lists, want, slices.Equal[[]string]) {
 		t.Fatalf("installer given %q, want %q", in.lists, want)
 	}
-	if c := newCNIExclusions("istio-system", given); !slices.Equal(c.entry(), []string{"changed-by-the-caller", "istio-system"}) {
+	if c := NewExclusions("istio-system", given); !slices.Equal(c.entry(), []string{"changed-by-the-caller", "istio-system"}) {
 		t.Fatalf("entry %q", c.entry())
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package cnifallback
 
 import (
 	"slices"
@@ -7,11 +7,11 @@ import (
 	"github.com/meshlet/meshlet/cnifallback/install"
 )
 
-// cniExclusions carries the node's excluded namespaces into meshlet-cni's
+// Exclusions carries the node's excluded namespaces into meshlet-cni's
 // entry (the namespaces whose pods the plugin lets start while meshlet is
 // away), with ztunnel's namespace: the node settings may change them
 // while meshlet runs, before or after CNI mode's installer exists.
-type cniExclusions struct {
+type Exclusions struct {
 	ztunnelNamespace string
 
 	mu         sync.Mutex
@@ -19,19 +19,21 @@ type cniExclusions struct {
 	installer  exclusionsInstaller // nil until CNI mode is built
 }
 
-// exclusionsInstaller is CNI mode's installer, as cniExclusions uses it.
+// exclusionsInstaller is CNI mode's installer, as Exclusions uses it.
 type exclusionsInstaller interface {
 	SetExcludeNamespaces(namespaces []string) (changed bool)
 }
 
 var _ exclusionsInstaller = (*install.Installer)(nil)
 
-func newCNIExclusions(ztunnelNamespace string, namespaces []string) *cniExclusions {
-	return &cniExclusions{ztunnelNamespace: ztunnelNamespace, namespaces: slices.Clone(namespaces)}
+// NewExclusions starts from the node's excluded namespaces; ztunnel's is
+// always added.
+func NewExclusions(ztunnelNamespace string, namespaces []string) *Exclusions {
+	return &Exclusions{ztunnelNamespace: ztunnelNamespace, namespaces: slices.Clone(namespaces)}
 }
 
 // SetExcludedNamespaces is the node settings' list now.
-func (c *cniExclusions) SetExcludedNamespaces(namespaces []string) {
+func (c *Exclusions) SetExcludedNamespaces(namespaces []string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.namespaces = slices.Clone(namespaces)
@@ -40,14 +42,14 @@ func (c *cniExclusions) SetExcludedNamespaces(namespaces []string) {
 	}
 }
 
-// attach gives in the list as it is now, and every change from now on.
-func (c *cniExclusions) attach(in exclusionsInstaller) {
+// Attach gives in the list as it is now, and every change from now on.
+func (c *Exclusions) Attach(in exclusionsInstaller) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.installer = in
 	in.SetExcludeNamespaces(c.entry())
 }
 
-func (c *cniExclusions) entry() []string {
+func (c *Exclusions) entry() []string {
 	return append(slices.Clone(c.namespaces), c.ztunnelNamespace)
 }

@@ -1,4 +1,4 @@
-package agent
+package cnifallback
 
 import (
 	"context"
@@ -8,13 +8,13 @@ import (
 	"testing"
 )
 
-// TestNRIModeRemovesAStaleCNIEntry: a node served through NRI loses a
+// TestRemoveFromChainKeepsTheBinary: a node served through NRI loses a
 // meshlet-cni entry left in its conflist (nothing serves it there), and
 // keeps the binary, which a runtime may still run for an old pod's DEL.
-func TestNRIModeRemovesAStaleCNIEntry(t *testing.T) {
+func TestRemoveFromChainKeepsTheBinary(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.CNI.ConfDir, cfg.CNI.BinDir = t.TempDir(), t.TempDir()
-	primary := filepath.Join(cfg.CNI.ConfDir, "10-net.conflist")
+	cfg.ConfDir, cfg.BinDir = t.TempDir(), t.TempDir()
+	primary := filepath.Join(cfg.ConfDir, "10-net.conflist")
 	original := `{
   "cniVersion": "1.0.0",
   "name": "net",
@@ -32,13 +32,15 @@ func TestNRIModeRemovesAStaleCNIEntry(t *testing.T) {
       "agentSocket": "/var/run/meshlet/cni.sock"
     }
   ]`, 1)
-	bin := filepath.Join(cfg.CNI.BinDir, "meshlet-cni")
+	bin := filepath.Join(cfg.BinDir, "meshlet-cni")
 	for file, content := range map[string]string{primary: chained, bin: "#!/bin/true\n"} {
 		if err := os.WriteFile(file, []byte(content), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	removeStaleCNI(context.Background(), cfg)
+	if err := RemoveFromChain(context.Background(), cfg, []string{"kube-system", "istio-system"}); err != nil {
+		t.Fatal(err)
+	}
 	got, err := os.ReadFile(primary)
 	if err != nil {
 		t.Fatal(err)
