@@ -8,11 +8,11 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/cnifallback"
-	"github.com/meshlet/meshlet/cnifallback/cri"
 	"github.com/meshlet/meshlet/cnifallback/install"
 )
 

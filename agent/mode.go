@@ -3,12 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"time"
 
 	"k8s.io/klog/v2"
 
-	"github.com/meshlet/meshlet/cnifallback/cri"
+	"github.com/meshlet/meshlet/agent/cri"
+	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // nriGrace is how long --mode auto keeps probing the NRI socket once the
@@ -27,14 +27,14 @@ func selectMode(ctx context.Context, cfg Config) (Mode, string, error) {
 	}
 	logger := klog.FromContext(ctx)
 	for logged := false; ; {
-		if nriAnswers(ctx, cfg.NRI.SocketPath) {
+		if nriplugin.Answers(ctx, cfg.NRI.SocketPath) {
 			return ModeNRI, "the runtime's NRI socket " + cfg.NRI.SocketPath + " answers", nil
 		}
-		endpoint, err := criEndpoint(ctx, cfg)
+		endpoint, err := cri.Endpoint(ctx, cfg.CNI.CRISocket)
 		if err == nil {
 			deadline := time.Now().Add(nriGrace)
 			for time.Now().Before(deadline) {
-				if nriAnswers(ctx, cfg.NRI.SocketPath) {
+				if nriplugin.Answers(ctx, cfg.NRI.SocketPath) {
 					return ModeNRI, "the runtime's NRI socket " + cfg.NRI.SocketPath + " answers", nil
 				}
 				if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
@@ -51,29 +51,6 @@ func selectMode(ctx context.Context, cfg Config) (Mode, string, error) {
 			return "", "", err
 		}
 	}
-}
-
-// nriAnswers is whether something accepts connections on the NRI socket.
-func nriAnswers(ctx context.Context, path string) bool {
-	d := net.Dialer{Timeout: time.Second}
-	c, err := d.DialContext(ctx, "unix", path)
-	if err != nil {
-		return false
-	}
-	c.Close()
-	return true
-}
-
-// criEndpoint is --cri-socket if it answers, else the first default
-// endpoint that does.
-func criEndpoint(ctx context.Context, cfg Config) (string, error) {
-	candidates := cri.DefaultEndpoints
-	if cfg.CNI.CRISocket != "" {
-		candidates = []string{cfg.CNI.CRISocket}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return cri.Find(ctx, candidates)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

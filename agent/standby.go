@@ -9,9 +9,11 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // canTakeOver says, changing nothing, whether this meshlet could serve the
@@ -55,13 +57,13 @@ func runtimeAnswers(ctx context.Context, cfg Config, dial bool) error {
 			}
 			return nil
 		}
-		if !nriAnswers(ctx, cfg.NRI.SocketPath) {
+		if !nriplugin.Answers(ctx, cfg.NRI.SocketPath) {
 			return fmt.Errorf("the runtime's NRI socket %s does not answer", cfg.NRI.SocketPath)
 		}
 		return nil
 	}
 	cri := func() error {
-		if _, err := criEndpoint(ctx, cfg); err != nil {
+		if _, err := cri.Endpoint(ctx, cfg.CNI.CRISocket); err != nil {
 			return fmt.Errorf("the runtime's CRI socket: %w", err)
 		}
 		return nil

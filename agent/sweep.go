@@ -9,10 +9,10 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/cnifallback"
-	"github.com/meshlet/meshlet/cnifallback/cri"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -69,7 +69,7 @@ func newRemovalSweep(core sweptCore, plugin *nriplugin.Plugin, m *metrics.Metric
 	return &removalSweep{core: core, metrics: m, interval: cfg.CNI.ResyncInterval,
 		absences: cri.NewAbsences(2 * cfg.CNI.ResyncInterval),
 		dial: func(ctx context.Context) (runtimeLister, error) {
-			endpoint, err := criEndpoint(ctx, cfg)
+			endpoint, err := cri.Endpoint(ctx, cfg.CNI.CRISocket)
 			if err != nil {
 				return nil, err
 			}

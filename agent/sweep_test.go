@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/cnifallback/cri"
 )
 
 // The runtime's CRI listing is faked here, and so is the core (whose

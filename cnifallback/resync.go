@@ -7,7 +7,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/cnifallback/cri"
+	"github.com/meshlet/meshlet/agent/cri"
 )
 
 const (

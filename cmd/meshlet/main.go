@@ -19,6 +19,7 @@ import (
 	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/internal/flagenv"
+	"github.com/meshlet/meshlet/nriplugin"
 )
 
 func main() { os.Exit(run(os.Args[1:], os.Environ(), os.Stderr)) }
@@ -41,7 +42,7 @@ var commands = map[string]command{
 		return debug.Status(ctx, cfg.StateDir, os.Stdout)
 	}},
 	"enable-nri": {run: func(ctx context.Context, cfg agent.Config, _ string) error {
-		return agent.CheckNRI(ctx, cfg, os.Stdout)
+		return nriplugin.CheckNRI(ctx, cfg.NRI.SocketPath, cfg.CNI.CRISocket, os.Stdout)
 	}},
 	"probe": {arg: strings.Join(health.ProbeEndpoints, "|"), run: func(ctx context.Context, cfg agent.Config, endpoint string) error {
 		return health.Probe(ctx, cfg.HealthSocket, endpoint, os.Stdout)

@@ -119,7 +119,7 @@ func (s *Server) handle(ctx context.Context, req *wire.Request) *wire.Response {
 		}
 		return &wire.Response{Outcome: wire.OutcomeEnrolled, Reason: "released"}
 	default: // ADD, CHECK: Enroll is idempotent, so a CHECK is the same call
-		// Sorted, as the runtime's pod list gives them (cnifallback/cri):
+		// Sorted, as the runtime's pod list gives them (agent/cri):
 		// a restarted meshlet adopts the pod only if its record matches.
 		ips := slices.Clone(req.IPs)
 		slices.SortFunc(ips, netip.Addr.Compare)

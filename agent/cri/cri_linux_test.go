@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2/ktesting"
 
 	"github.com/meshlet/meshlet/agent/enroll"
-	"github.com/meshlet/meshlet/cnifallback/cri"
+	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )

@@ -83,6 +83,18 @@ func socketPath(endpoint string) (string, error) {
 	return path, nil
 }
 
+// Endpoint is socket (--cri-socket) if its runtime answers, else, with
+// socket empty, the first of DefaultEndpoints that answers; within 2s.
+func Endpoint(ctx context.Context, socket string) (string, error) {
+	candidates := DefaultEndpoints
+	if socket != "" {
+		candidates = []string{socket}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return Find(ctx, candidates)
+}
+
 // Find returns the first of candidates (DefaultEndpoints for an unset
 // --cri-socket) whose runtime answers. ctx bounds the whole search.
 func Find(ctx context.Context, candidates []string) (endpoint string, err error) {

@@ -17,7 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/meshlet/meshlet/cnifallback/cri"
+	"github.com/meshlet/meshlet/agent/cri"
 )
 
 // fakeRuntime serves the three CRI calls the Lister makes, from a fixed

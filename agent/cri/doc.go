@@ -1,10 +1,11 @@
-// Package cri lists the pods already running on the node from the
-// container runtime's CRI API (containerd, CRI-O), for the CNI fallback:
-// on a runtime without NRI, meshlet learns about new pods from its chained
-// CNI plugin, but the pods that were running before meshlet started (or
-// while it was away) are known only to the runtime. They are read from the
-// CRI, never from a /proc scan: the runtime knows which sandboxes are pods,
-// their UIDs and their network namespaces.
+// Package cri lists the pods running on the node from the container
+// runtime's CRI API (containerd, CRI-O). Both modes need the list: on a
+// runtime without NRI, meshlet learns about new pods from its chained CNI
+// plugin, but the pods that were running before meshlet started (or while
+// it was away) are known only to the runtime; and in NRI mode a runtime
+// that restarted never sends the removal of the pods it ran before. They
+// are read from the CRI, never from a /proc scan: the runtime knows which
+// sandboxes are pods, their UIDs and their network namespaces.
 //
 // The daemon dials the runtime once (Dial, or Find for an unset
 // --cri-socket), then calls RunningPods at start and whenever it
