@@ -72,7 +72,7 @@ func realCoreWith(ctx context.Context, tb testing.TB, ipv6 bool, checkpointed ..
 	if err != nil {
 		tb.Fatal(err)
 	}
-	core, err := enroll.New(enroll.Ports{Resolver: standaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
+	core, err := enroll.New(enroll.Ports{Resolver: enroll.StandaloneResolver{}, Policy: pol, Settings: []enroll.SettingsSource{pol},
 		Opener: opener, Redirector: redir, Proxy: server, Status: noStatus{}},
 		enroll.Config{Defaults: DefaultConfig().PodDefaults, Checkpointed: checkpointed})
 	if err != nil {

@@ -84,8 +84,8 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 		return func() { cancel(); wg.Wait() }
 	}
-	var resolver enroll.PodInfoResolver = standaloneResolver{}
-	var status enroll.StatusReporter = logStatus{logger: logger}
+	var resolver enroll.PodInfoResolver = enroll.StandaloneResolver{}
+	var status enroll.StatusReporter = enroll.LogStatus{Logger: logger}
 	var api *apiClients
 	if !cfg.Standalone {
 		if api, err = newAPIClients(cfg); err != nil {
@@ -108,11 +108,11 @@ func Run(ctx context.Context, cfg Config) error {
 	var claims *claimstore.Store
 	dra := cfg.DRA.Enabled && !cfg.Standalone
 	if dra {
-		if claims, err = openClaims(cfg.StateDir, logger); err != nil {
+		if claims, err = draplugin.OpenClaims(cfg.StateDir, logger); err != nil {
 			return err
 		}
 		defer claims.Close()
-		decide = claimPolicy{labels: pol, claims: claims}
+		decide = draplugin.NewClaimPolicy(pol, claims)
 		settings = append([]enroll.SettingsSource{claims}, settings...)
 	}
 	reg := metrics.NewRegistry()
@@ -192,7 +192,7 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
 	defer redir.Close() // rules stay: see above
-	reporters := statusReporters{status}
+	reporters := enroll.StatusReporters{status}
 	if driver != nil {
 		reporters = append(reporters, driver)
 	}
@@ -263,7 +263,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return nriSource{Plugin: plugin, sweep: newRemovalSweep(core, plugin, m, cfg)}, nil
 		}}
 	if driver != nil {
-		driver.Lead(draplugin.Node{State: nodeState(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
+		driver.Lead(draplugin.Node{State: draplugin.NodeStateOf(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
 			Prepared: func(pods []string) {
 				// A claim for a pod that already runs (prepared again after
 				// a restart, or late) converges it.

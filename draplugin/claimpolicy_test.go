@@ -1,4 +1,4 @@
-package agent
+package draplugin
 
 import (
 	"testing"
@@ -26,7 +26,7 @@ func TestClaimPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := claimPolicy{labels: labels, claims: claims}
+	p := NewClaimPolicy(labels, claims)
 	none := map[string]string{policy.DataplaneModeLabel: policy.DataplaneModeNone}
 	joined := enroll.PodInfo{ResourceClaims: []string{"mesh"}}
 	for _, c := range []struct {
