@@ -47,16 +47,7 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redire
 	}
 	excluded.Attach(inst)
 	fb = cnifallback.New(cfg.CNI, cnifallback.Deps{Core: core, Installer: inst, Metrics: m,
-		DialRuntime: func(ctx context.Context) (cnifallback.Lister, error) {
-			if cfg.CNI.CRISocket != "" {
-				return cri.Dial(ctx, cfg.CNI.CRISocket)
-			}
-			endpoint, err := cri.Find(ctx, cri.DefaultEndpoints)
-			if err != nil {
-				return nil, err
-			}
-			return cri.Dial(ctx, endpoint)
-		},
+		DialRuntime: func(ctx context.Context) (cri.Listing, error) { return cri.DialEndpoint(ctx, cfg.CNI.CRISocket) },
 		AfterSync: func(ctx context.Context) {
 			if err := redir.RetainNodeState(core.EnrolledIPs()); err != nil {
 				klog.FromContext(ctx).Error(err, "Cleaning node-side state of pods removed while meshlet was away")

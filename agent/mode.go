@@ -3,11 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/cri"
+	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -61,3 +63,41 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// nriSource is NRI mode: the plugin, and the listings of the runtime's
+// pods for the removals it does not send the plugin.
+//
+// NRI tells a plugin of a pod's stop and removal, but containerd (2.4.2
+// and the 2.x before it) decides whether to send them from state it keeps
+// in memory and rebuilds, when a plugin synchronizes, for containers only:
+// after containerd restarts, a pod that was running then is stopped and
+// removed without StopPodSandbox or RemovePodSandbox reaching any plugin
+// (internal/nri/nri.go, needsStopping and syncPlugin). Without the
+// listings such a pod's ztunnel entry, checkpoint record and namespace
+// descriptors would outlive it.
+type nriSource struct {
+	*nriplugin.Plugin
+	removals *cri.Reconciler
+}
+
+// newNRISource is NRI mode over the core: a pod missing from the
+// runtime's ready sandboxes for twice --cri-resync-interval is gone (NRI
+// enrolls a pod a few milliseconds before the runtime marks its sandbox
+// ready).
+func newNRISource(cfg Config, plugin *nriplugin.Plugin, core cri.ReconciledCore, m *metrics.Metrics) nriSource {
+	removals := cri.NewReconciler(core, cri.ReconcilerConfig{Interval: cfg.CNI.ResyncInterval, Grace: 2 * cfg.CNI.ResyncInterval,
+		Unheard: "its stop and removal", Missed: m.MissedRemovals,
+		Dial:  func(ctx context.Context) (cri.Listing, error) { return cri.DialEndpoint(ctx, cfg.CNI.CRISocket) },
+		Check: cri.SameRuntime(func() string { name, _ := plugin.Runtime(); return name })})
+	return nriSource{Plugin: plugin, removals: removals}
+}
+
+func (s nriSource) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() { s.removals.Run(klog.NewContext(ctx, klog.FromContext(ctx).WithName("removals")), nil) })
+	return s.Plugin.Run(ctx)
+}
+
+var _ podSource = nriSource{}

@@ -260,7 +260,7 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 			}
 			plugin := nriplugin.New(nriCfg, core, m)
-			return nriSource{Plugin: plugin, sweep: newRemovalSweep(core, plugin, m, cfg)}, nil
+			return newNRISource(cfg, plugin, core, m), nil
 		}}
 	if driver != nil {
 		driver.Lead(draplugin.Node{State: draplugin.NodeStateOf(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,

@@ -10,8 +10,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/cri"
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/cnifallback/server"
 )
@@ -36,16 +36,6 @@ type Installer interface {
 
 var _ Installer = (*install.Installer)(nil)
 
-// Lister lists the runtime's running pods (its CRI API). pods is nil
-// when the runtime could not be listed; unreadable names running pods left
-// out of the list (their status could not be read).
-type Lister interface {
-	RunningPods(ctx context.Context) (pods []enroll.Pod, unreadable []string, err error)
-	Close() error
-}
-
-var _ Lister = (*cri.Lister)(nil)
-
 // Metrics receives what CNI mode observes (the NRI plugin reports the
 // same). Implementations must not block.
 type Metrics interface {
@@ -63,7 +53,7 @@ type Deps struct {
 	Installer Installer
 	// DialRuntime connects to the runtime's CRI API; it is retried until
 	// it succeeds.
-	DialRuntime func(ctx context.Context) (Lister, error)
+	DialRuntime func(ctx context.Context) (cri.Listing, error)
 	Metrics     Metrics
 	// AfterSync, if set, runs once the pods running at start are
 	// reconciled, before any ADD is served (node-side cleanup of pods
@@ -80,7 +70,9 @@ type Fallback struct {
 	cfg     Config
 	deps    Deps
 	serving atomic.Bool
-	trigger chan struct{}
+	// recon lists the runtime's pods every ResyncInterval and soon after
+	// a Resync.
+	recon *cri.Reconciler
 
 	mu sync.Mutex
 	// deleted holds the sandboxes whose DEL the agent served (by sandbox
@@ -88,17 +80,12 @@ type Fallback struct {
 	// listing taken while the sandbox was still stopping must not enroll
 	// it again.
 	deleted map[string]time.Time
-	// absences tracks known pods missing from the listings. A pod is
-	// forgotten only once it has been missing for missingGrace, because a
-	// pod whose ADD finished is listed only once its sandbox is ready,
-	// which can take a while (an image pull for its pause container).
-	absences *cri.Absences
 }
 
 // New returns CNI mode over deps.
 func New(cfg Config, deps Deps) *Fallback {
-	f := &Fallback{cfg: cfg, deps: deps, trigger: make(chan struct{}, 1), deleted: map[string]time.Time{}}
-	f.absences = cri.NewAbsences(f.missingGrace())
+	f := &Fallback{cfg: cfg, deps: deps, deleted: map[string]time.Time{}}
+	f.recon = f.newReconciler()
 	return f
 }
 
@@ -109,12 +96,7 @@ func (f *Fallback) Connected() bool { return f.serving.Load() && f.deps.Installe
 // Resync asks for a listing of the runtime's pods soon (after the
 // installer re-asserted the chain: a pod created meanwhile may have missed
 // meshlet-cni). It never blocks.
-func (f *Fallback) Resync() {
-	select {
-	case f.trigger <- struct{}{}:
-	default:
-	}
-}
+func (f *Fallback) Resync() { f.recon.Trigger() }
 
 // Run serves CNI mode until ctx ends. The installer chains meshlet-cni
 // first: until the agent answers, the plugin fails pods closed and the
@@ -148,7 +130,7 @@ func (f *Fallback) Run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Close()
-	wg.Go(func() { f.resyncLoop(ctx, lister) })
+	wg.Go(func() { f.recon.Run(ctx, lister) })
 	f.serving.Store(true)
 	f.deps.Metrics.Connected(true)
 	defer func() { f.serving.Store(false); f.deps.Metrics.Connected(false) }()
@@ -192,7 +174,7 @@ func cause(ctx context.Context, err error) error {
 
 // dial connects to the runtime, retrying: after a node reboot the agent
 // may start before the runtime.
-func (f *Fallback) dial(ctx context.Context) (Lister, error) {
+func (f *Fallback) dial(ctx context.Context) (cri.Listing, error) {
 	logger := klog.FromContext(ctx)
 	backoff := 100 * time.Millisecond
 	for logged := false; ; {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
 )
 
@@ -133,7 +134,8 @@ func (l *fakeList) RunningPods(context.Context) ([]enroll.Pod, []string, error) 
 	return l.pods, nil, nil
 }
 
-func (l *fakeList) Close() error { return nil }
+func (l *fakeList) Close() error                    { return nil }
+func (l *fakeList) Runtime() (name, version string) { return "containerd", "v2.4.2" }
 
 func pods(uids ...string) *fakeList {
 	l := &fakeList{pods: []enroll.Pod{}}
@@ -163,12 +165,12 @@ func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 
 	// b may be a pod whose ADD just finished: its sandbox is not ready,
 	// so not listed, yet.
-	f.resync(ctx, pods("a"), t0)
-	f.resync(ctx, pods("a"), t0.Add(grace/2))
+	f.recon.Pass(ctx, pods("a"), t0)
+	f.recon.Pass(ctx, pods("a"), t0.Add(grace/2))
 	if len(core.forgotten) != 0 {
 		t.Fatalf("b missing for less than %v was forgotten: %v", grace, core.forgotten)
 	}
-	f.resync(ctx, pods("a"), t0.Add(grace))
+	f.recon.Pass(ctx, pods("a"), t0.Add(grace))
 	if !slices.Equal(core.forgotten, []string{"b"}) {
 		t.Fatalf("forgotten %v after b was missing for %v, want [b]", core.forgotten, grace)
 	}
@@ -179,9 +181,9 @@ func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 	// Listed again in between: the count starts over.
 	core = newFakeCore("c")
 	f = New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
-	f.resync(ctx, pods(), t0)
-	f.resync(ctx, pods("c"), t0.Add(grace/2))
-	f.resync(ctx, pods(), t0.Add(grace))
+	f.recon.Pass(ctx, pods(), t0)
+	f.recon.Pass(ctx, pods("c"), t0.Add(grace/2))
+	f.recon.Pass(ctx, pods(), t0.Add(grace))
 	if len(core.forgotten) != 0 {
 		t.Fatalf("forgotten %v: c was listed while it was missing", core.forgotten)
 	}
@@ -190,9 +192,9 @@ func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 	// its state changed since, so it is not forgotten.
 	core = newFakeCore("d")
 	f = New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
-	f.resync(ctx, pods(), t0)
+	f.recon.Pass(ctx, pods(), t0)
 	core.known["d"] = enroll.PodStatus{UID: "d", State: enroll.StateEnrolled, Since: t0.Add(time.Second)}
-	f.resync(ctx, pods(), t0.Add(grace))
+	f.recon.Pass(ctx, pods(), t0.Add(grace))
 	if len(core.forgotten) != 0 {
 		t.Fatalf("forgotten %v: d was enrolled again after it went missing", core.forgotten)
 	}
@@ -201,8 +203,8 @@ func TestResyncForgetsPodsMissingForTheGrace(t *testing.T) {
 	core = newFakeCore("e")
 	f = New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
 	unreadable := &fakeList{pods: []enroll.Pod{}, unreadable: []string{"e"}}
-	f.resync(ctx, unreadable, t0)
-	f.resync(ctx, unreadable, t0.Add(2*grace))
+	f.recon.Pass(ctx, unreadable, t0)
+	f.recon.Pass(ctx, unreadable, t0.Add(2*grace))
 	if len(core.forgotten) != 0 || len(core.enrolled) != 0 {
 		t.Fatalf("a pod the runtime could not read was forgotten (%v) or enrolled (%v)", core.forgotten, core.enrolled)
 	}
@@ -218,7 +220,7 @@ func TestResyncEnrollsPodsThatStartedOutsideTheChain(t *testing.T) {
 	// sandbox it runs in.
 	must(t, tombstoning{f}.Forget(ctx, "d", "sb-d"))
 	must(t, tombstoning{f}.Forget(ctx, "late", "sb-late-replaced"))
-	f.resync(ctx, pods("a", "late", "d"), time.Now())
+	f.recon.Pass(ctx, pods("a", "late", "d"), time.Now())
 	if !slices.Equal(core.enrolled, []string{"late"}) || m.late != 1 {
 		t.Fatalf("enrolled %v (late %d), want [late] counted once: a is known, d was deleted", core.enrolled, m.late)
 	}
@@ -236,12 +238,12 @@ func TestResyncRetriesFailedEnrollments(t *testing.T) {
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: m})
 	ctx := context.Background()
 	core.enrollErr = errors.New("no ztunnel")
-	f.resync(ctx, pods("late"), time.Now())
+	f.recon.Pass(ctx, pods("late"), time.Now())
 	if st, _ := core.Status("late"); st.State != enroll.StateFailed || m.late != 0 {
 		t.Fatalf("state %v, late %d after a failed late enrollment", st.State, m.late)
 	}
 	core.enrollErr = nil
-	f.resync(ctx, pods("late"), time.Now())
+	f.recon.Pass(ctx, pods("late"), time.Now())
 	if st, _ := core.Status("late"); st.State != enroll.StateEnrolled || m.late != 1 || len(core.enrolled) != 2 {
 		t.Fatalf("state %v, late %d, enrolled %v: a failed pod must be tried again at the next listing", st.State, m.late, core.enrolled)
 	}
@@ -257,13 +259,13 @@ func TestResyncLeavesANewerSandbox(t *testing.T) {
 	ctx := context.Background()
 	listedAt := time.Now()
 	core.known["p"] = enroll.PodStatus{UID: "p", SandboxID: "sb-new", State: enroll.StateFailed, Since: listedAt.Add(time.Millisecond)}
-	f.resync(ctx, pods("p"), listedAt) // names sb-p, the old sandbox
+	f.recon.Pass(ctx, pods("p"), listedAt) // names sb-p, the old sandbox
 	if len(core.enrolled) != 0 {
 		t.Fatalf("enrolled %v from a listing older than the pod's new sandbox, want none", core.enrolled)
 	}
 	newer := pods()
 	newer.pods = append(newer.pods, enroll.Pod{UID: "p", SandboxID: "sb-new", Name: "p", Namespace: "ns", NetnsPath: "/run/netns/new"})
-	f.resync(ctx, newer, time.Now())
+	f.recon.Pass(ctx, newer, time.Now())
 	if !slices.Equal(core.enrolled, []string{"p"}) {
 		t.Fatalf("enrolled %v from a listing of the new sandbox, want [p]", core.enrolled)
 	}
@@ -274,7 +276,7 @@ func TestResyncForgetsAPodDeletedDuringItsLateEnrollment(t *testing.T) {
 	f := New(DefaultConfig(), Deps{Core: core, Metrics: &fakeMetrics{}})
 	ctx := context.Background()
 	core.during = func() { must(t, tombstoning{f}.Forget(ctx, "going", "sb-going")) }
-	f.resync(ctx, pods("going"), time.Now())
+	f.recon.Pass(ctx, pods("going"), time.Now())
 	if _, known := core.Status("going"); known {
 		t.Fatal("a pod whose DEL was served during its late enrollment stayed enrolled")
 	}
@@ -314,7 +316,7 @@ func (i *fakeInstaller) Installed() bool { return i.installed }
 func TestRunStopsWithTheInstallersFailure(t *testing.T) {
 	boom := errors.New("conf dir unreadable")
 	f := New(DefaultConfig(), Deps{Core: newFakeCore(), Metrics: &fakeMetrics{}, Installer: &fakeInstaller{err: boom},
-		DialRuntime: func(ctx context.Context) (Lister, error) {
+		DialRuntime: func(ctx context.Context) (cri.Listing, error) {
 			<-ctx.Done() // the runtime never answers
 			return nil, ctx.Err()
 		}})
@@ -334,7 +336,7 @@ func TestRunFailsWithoutItsSocket(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Socket = t.TempDir()
 	f := New(cfg, Deps{Core: newFakeCore(), Metrics: &fakeMetrics{}, Installer: &fakeInstaller{installed: true},
-		DialRuntime: func(context.Context) (Lister, error) { return pods(), nil }})
+		DialRuntime: func(context.Context) (cri.Listing, error) { return pods(), nil }})
 	done := make(chan error, 1)
 	go func() { done <- f.Run(context.Background()) }()
 	select {
@@ -351,7 +353,7 @@ func TestRunStopsCleanly(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Socket = filepath.Join(t.TempDir(), "cni.sock")
 	f := New(cfg, Deps{Core: newFakeCore(), Metrics: &fakeMetrics{}, Installer: &fakeInstaller{installed: true},
-		DialRuntime: func(context.Context) (Lister, error) { return pods(), nil }})
+		DialRuntime: func(context.Context) (cri.Listing, error) { return pods(), nil }})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()

@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/cri"
+	"github.com/meshlet/meshlet/agent/enroll"
 )
 
 const (
@@ -29,7 +29,7 @@ func (f *Fallback) missingGrace() time.Duration {
 }
 
 // list takes one listing, bounded by cri.ListTimeout.
-func list(ctx context.Context, lister Lister) ([]enroll.Pod, []string, error) {
+func list(ctx context.Context, lister cri.Listing) ([]enroll.Pod, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
 	defer cancel()
 	return lister.RunningPods(ctx)
@@ -39,7 +39,7 @@ func list(ctx context.Context, lister Lister) ([]enroll.Pod, []string, error) {
 // pods are adopted, pods removed while meshlet was away are forgotten,
 // and pods that started without meshlet are enrolled late. It retries
 // until the runtime answers.
-func (f *Fallback) syncAtStart(ctx context.Context, lister Lister) error {
+func (f *Fallback) syncAtStart(ctx context.Context, lister cri.Listing) error {
 	logger := klog.FromContext(ctx)
 	var pods []enroll.Pod
 	for attempt, backoff := 1, 100*time.Millisecond; ; attempt, backoff = attempt+1, min(2*backoff, 5*time.Second) {
@@ -83,57 +83,28 @@ func (f *Fallback) syncAtStart(ctx context.Context, lister Lister) error {
 	return nil
 }
 
-// resyncLoop lists the runtime's pods every ResyncInterval, and soon after
-// a Resync request.
-func (f *Fallback) resyncLoop(ctx context.Context, lister Lister) {
-	t := time.NewTicker(f.cfg.ResyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-f.trigger:
-			// Let a pod created just before the re-assert finish its
-			// sandbox, so that this listing sees it.
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(time.Second):
-			}
-		}
-		f.resync(ctx, lister, time.Now())
-	}
+// newReconciler is CNI mode's reconciler: a known pod missing from every
+// listing for missingGrace is forgotten (its DEL never reached the
+// agent), unless the core changed its state since it went missing (an ADD
+// of a new sandbox); each listing also enrolls the pods that started
+// outside the chain (enrollListed).
+func (f *Fallback) newReconciler() *cri.Reconciler {
+	return cri.NewReconciler(f.deps.Core, cri.ReconcilerConfig{Interval: f.cfg.ResyncInterval, Grace: f.missingGrace(),
+		Unheard: "its CNI DEL", Listed: f.enrollListed, Missed: f.deps.Metrics.MissedRemovals})
 }
 
-// resync converges the core with one listing, taken at now, while ADDs and
-// DELs are served:
-//   - a known pod missing from every listing for missingGrace is
-//     forgotten (its DEL never reached the agent), unless the core changed
-//     its state since it went missing (an ADD of a new sandbox);
-//   - a listed pod the core does not know is enrolled late (it started
-//     while meshlet-cni was not in the chain), unless the agent served its
-//     DEL; a listed pod whose enrollment failed is tried again.
-//
-// Pods the listing could not read count as present: they are neither
-// missing nor enrolled.
-func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
+// enrollListed enrolls, from one listing taken at now, the listed pods
+// the core did not know or had failed (known is what it held before the
+// listing): they started while meshlet-cni was not in the chain, or their
+// enrollment is tried again. A pod whose DEL the agent served is left
+// alone.
+func (f *Fallback) enrollListed(ctx context.Context, now time.Time, known []enroll.PodStatus, pods []enroll.Pod) {
 	logger := klog.FromContext(ctx)
-	known := f.deps.Core.Pods()
-	pods, unreadable, err := list(ctx, lister)
-	if err != nil {
-		logger.Error(err, "Listing the runtime's pods", "unreadablePodUIDs", unreadable)
-		if pods == nil {
-			return
-		}
-	}
 	before := make(map[string]enroll.PodStatus, len(known))
 	for _, st := range known {
 		before[st.UID] = st
 	}
-
 	f.mu.Lock()
-	gone := f.absences.Observe(now, known, pods, unreadable)
 	for id, at := range f.deleted {
 		if now.Sub(at) > deletedTTL {
 			delete(f.deleted, id)
@@ -150,9 +121,6 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	}
 	f.mu.Unlock()
 
-	if missed := cri.ForgetGone(ctx, f.deps.Core, gone, "its CNI DEL"); missed > 0 {
-		f.deps.Metrics.MissedRemovals(missed)
-	}
 	late := 0
 	for _, p := range retry {
 		if st, known := f.deps.Core.Status(p.UID); known && st.State != enroll.StateFailed {
@@ -179,9 +147,6 @@ func (f *Fallback) resync(ctx context.Context, lister Lister, now time.Time) {
 	}
 	if late > 0 {
 		f.deps.Metrics.LateEnrolled(late)
-	}
-	if len(gone) > 0 || late > 0 {
-		logger.V(2).Info("Resynchronized with the runtime's pods", "pods", len(pods), "forgotten", len(gone), "lateEnrolled", late)
 	}
 }
 

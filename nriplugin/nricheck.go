@@ -52,11 +52,9 @@ func CheckNRI(ctx context.Context, socket, criSocket string, w io.Writer) error 
 		return nil
 	}
 	runtime, version := "", ""
-	if endpoint, err := cri.Endpoint(ctx, criSocket); err == nil {
-		if l, err := cri.Dial(ctx, endpoint); err == nil {
-			runtime, version = l.Runtime()
-			l.Close()
-		}
+	if l, err := cri.DialEndpoint(ctx, criSocket); err == nil {
+		runtime, version = l.Runtime()
+		l.Close()
 	}
 	if runtime == "" {
 		fmt.Fprintf(w, "Nothing answers on the NRI socket %s, and no runtime answers on its CRI socket (--cri-socket).\n", socket)

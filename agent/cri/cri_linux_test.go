@@ -14,8 +14,8 @@ import (
 
 	"k8s.io/klog/v2/ktesting"
 
-	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/cri"
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/e2e/env"
 )

@@ -95,6 +95,19 @@ func Endpoint(ctx context.Context, socket string) (string, error) {
 	return Find(ctx, candidates)
 }
 
+// DialEndpoint dials Endpoint(ctx, socket).
+func DialEndpoint(ctx context.Context, socket string) (Listing, error) {
+	endpoint, err := Endpoint(ctx, socket)
+	if err != nil {
+		return nil, err
+	}
+	l, err := Dial(ctx, endpoint)
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
 // Find returns the first of candidates (DefaultEndpoints for an unset
 // --cri-socket) whose runtime answers. ctx bounds the whole search.
 func Find(ctx context.Context, candidates []string) (endpoint string, err error) {

@@ -1,4 +1,4 @@
-package agent
+package cri
 
 import (
 	"context"
@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
 )
 
 // The runtime's CRI listing is faked here, and so is the core (whose
-// ForgetUnchanged is tested in agent/enroll): the sweep's decisions are
-// what is tested. test/e2e runs it against containerd restarted under its
-// pods.
+// ForgetUnchanged is tested in agent/enroll): the reconciler's decisions,
+// as NRI mode configures it, are what is tested. test/e2e runs it against
+// containerd restarted under its pods.
 
 type sweptCoreFake struct {
 	pods      map[string]enroll.PodStatus
@@ -75,12 +74,12 @@ func (m *missedFake) MissedRemovals(n int) { m.n += n }
 
 const sweepInterval = time.Second
 
-func newTestSweep(core *sweptCoreFake, m *missedFake, nriRuntime string) *removalSweep {
-	return &removalSweep{core: core, metrics: m, interval: sweepInterval, absences: cri.NewAbsences(2 * sweepInterval),
-		nriRuntime: func() string { return nriRuntime }}
+func newTestSweep(core *sweptCoreFake, m *missedFake, nriRuntime string) *Reconciler {
+	return NewReconciler(core, ReconcilerConfig{Interval: sweepInterval, Grace: 2 * sweepInterval, Unheard: "its stop and removal",
+		Check: SameRuntime(func() string { return nriRuntime }), Missed: m.MissedRemovals})
 }
 
-func TestSweepForgetsPodsTheRuntimeNoLongerRuns(t *testing.T) {
+func TestNRIReconcilerForgetsPodsTheRuntimeNoLongerRuns(t *testing.T) {
 	ctx := context.Background()
 	t0 := time.Now()
 	long := t0.Add(-time.Hour)
@@ -93,12 +92,12 @@ func TestSweepForgetsPodsTheRuntimeNoLongerRuns(t *testing.T) {
 		enroll.PodStatus{UID: "refused", State: enroll.StateFailed, Since: long}), &missedFake{}
 	s := newTestSweep(core, m, "containerd")
 	onlyA := &listerFake{runtime: "containerd", uids: []string{"a"}}
-	s.sweep(ctx, onlyA, t0)
-	s.sweep(ctx, onlyA, t0.Add(sweepInterval))
+	s.Pass(ctx, onlyA, t0)
+	s.Pass(ctx, onlyA, t0.Add(sweepInterval))
 	if len(core.forgotten) != 0 {
 		t.Fatalf("forgotten %v after one interval; the grace is two", core.forgotten)
 	}
-	s.sweep(ctx, onlyA, t0.Add(2*sweepInterval))
+	s.Pass(ctx, onlyA, t0.Add(2*sweepInterval))
 	slices.Sort(core.forgotten)
 	if !slices.Equal(core.forgotten, []string{"b", "refused", "stopped"}) {
 		t.Fatalf("forgotten %v after two intervals, want b, refused and stopped", core.forgotten)
@@ -114,10 +113,10 @@ func TestSweepForgetsPodsTheRuntimeNoLongerRuns(t *testing.T) {
 		core, m := newSweptCore(enrolled("a"), enrolled("b")), &missedFake{}
 		s := newTestSweep(core, m, "containerd")
 		l := &listerFake{runtime: "containerd", uids: []string{"a"}}
-		s.sweep(ctx, l, t0)
-		s.sweep(ctx, l, t0.Add(sweepInterval))
+		s.Pass(ctx, l, t0)
+		s.Pass(ctx, l, t0.Add(sweepInterval))
 		l.during = func() { core.pods["b"] = enroll.PodStatus{UID: "b", State: enroll.StateEnrolled, Since: time.Now()} }
-		s.sweep(ctx, l, t0.Add(2*sweepInterval))
+		s.Pass(ctx, l, t0.Add(2*sweepInterval))
 		if len(core.forgotten) != 0 || m.n != 0 {
 			t.Fatalf("forgotten %v: the new sandbox of b, enrolled while the listing ran, was taken for gone", core.forgotten)
 		}
@@ -137,12 +136,12 @@ func TestSweepForgetsPodsTheRuntimeNoLongerRuns(t *testing.T) {
 			core, m := newSweptCore(enrolled("a"), enrolled("b")), &missedFake{}
 			s := newTestSweep(core, m, c.nriRuntime)
 			for i := range 5 {
-				s.sweep(ctx, c.lister, t0.Add(time.Duration(i)*sweepInterval))
+				s.Pass(ctx, c.lister, t0.Add(time.Duration(i)*sweepInterval))
 			}
 			if len(core.forgotten) != 0 || m.n != 0 {
 				t.Fatalf("forgotten %v: a listing that cannot be trusted took pods for gone", core.forgotten)
 			}
-			if s.refused == "" {
+			if s.Refused() == "" {
 				t.Fatal("the sweep did not record why it refused the listing")
 			}
 		})
