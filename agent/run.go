@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,17 +31,8 @@ import (
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
-// Run runs the daemon until ctx ends or a component fails. Shutdown is
-// ordered: the pod source goes first (no new pods: the NRI plugin, or CNI
-// mode's server), then the DRA kubelet plugin (its device tainted first),
-// then the API watchers, then the checkpoint writer (a last write), then
-// the container gate (mesh containers are refused until the next meshlet
-// answers), then the ZDS server, then the HTTP endpoints, then the node
-// lock, and last the health socket (served from start-up: see readiness).
-// Enrolled pods keep their rules: an agent restart or upgrade must not
-// unmesh running pods (the next agent re-adopts them, and ztunnel keeps
-// proxying meanwhile). Only when meshlet's DaemonSet is deleted does a
-// stopping meshlet also take its state off the node (see uninstalling).
+// Run runs the daemon until ctx ends or a component fails, and then stops
+// its components in shutdownOrder.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
 	if err := cfg.Validate(); err != nil {
@@ -68,22 +58,9 @@ func Run(ctx context.Context, cfg Config) error {
 	podDefaults := cfg.PodDefaults
 	podDefaults.DNSCapture = initial.DNSCapture
 	cfg.Redirect.IPv6 = initial.IPv6
-	// Each component gets a lifetime of its own, so shutdown can be ordered;
-	// a component that fails cancels the root with its error as the cause.
-	root, fail := context.WithCancelCause(ctx)
-	defer fail(nil)
-	start := func(name string, run func(context.Context) error) (stop func()) {
-		cctx, cancel := context.WithCancel(context.WithoutCancel(root))
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			if err := run(cctx); err != nil {
-				fail(fmt.Errorf("%s: %w", name, err))
-			} else if cctx.Err() == nil {
-				fail(fmt.Errorf("%s stopped unexpectedly", name))
-			}
-		})
-		return func() { cancel(); wg.Wait() }
-	}
+	lc := newLifecycle(ctx, shutdownOrder)
+	defer lc.stop()
+	root := lc.root
 	var resolver enroll.PodInfoResolver = enroll.StandaloneResolver{}
 	var status enroll.StatusReporter = enroll.LogStatus{Logger: logger}
 	var api *apiClients
@@ -91,7 +68,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if api, err = newAPIClients(cfg); err != nil {
 			return err
 		}
-		defer api.events.Shutdown()
+		lc.onStop("events", api.events.Shutdown)
 		resolver, status = api.watcher, api.status
 		api.watchSettings(ctx, cfg.ConfigMaps, liveSettings)
 		if cfg.Policy.Revision != "" {
@@ -111,13 +88,12 @@ func Run(ctx context.Context, cfg Config) error {
 		if claims, err = draplugin.OpenClaims(cfg.StateDir, logger); err != nil {
 			return err
 		}
-		defer claims.Close()
+		lc.onStop("prepared claims", func() { claims.Close() })
 		decide = draplugin.NewClaimPolicy(pol, claims)
 		settings = append([]enroll.SettingsSource{claims}, settings...)
 	}
 	reg := metrics.NewRegistry()
 	var driver *draplugin.Driver
-	stopDRA := func() {}
 	if dra {
 		driver, err = draplugin.New(cfg.DRA, draplugin.Deps{Client: api.client, NodeName: cfg.NodeName, Claims: claims,
 			Pods: api.watcher, Policy: pol, Version: version.String(), RedirectBackend: string(cfg.Redirect.Backend), IPv6: cfg.Redirect.IPv6,
@@ -137,9 +113,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// kubelet may prepare claims through this meshlet while the
 		// previous one still serves the node.
 		if cfg.DRA.PodUID != "" {
-			stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
+			lc.start("DRA kubelet plugin", driver.Run)
 		}
-		defer func() { stopDRA() }()
 	}
 	ready := &health.Readiness{Warnings: liveSettings.Problems}
 	if driver != nil {
@@ -152,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		defer s.StopLogged(logger)
+		lc.onStop("health socket", func() { s.StopLogged(logger) })
 	}
 	var apiClient kubernetes.Interface
 	if api != nil {
@@ -164,13 +139,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return stopped(ctx, root, err)
 	}
+	lc.onStop("node lock", release)
 	ready.SetLockHeld()
 	if driver != nil && cfg.DRA.PodUID == "" {
-		stopDRA = sync.OnceFunc(start("DRA kubelet plugin", driver.Run))
+		lc.start("DRA kubelet plugin", driver.Run)
 	}
-	// The DRA plugin stops (its device tainted) before the lock goes, so a
-	// successor never publishes the node's slice alongside it.
-	defer func() { stopDRA(); release() }()
 	if dra && cfg.DRA.Gate.Enabled {
 		// Again: a meshlet uninstalled just before this one took the node
 		// removed the spec and the hook on its way out.
@@ -186,12 +159,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	defer server.Close()
+	lc.onStop("ztunnel server", func() { server.Close() })
 	redir, err := redirect.New(cfg.Redirect)
 	if err != nil {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)
 	}
-	defer redir.Close() // rules stay: see above
+	lc.onStop("redirect", func() { redir.Close() }) // rules stay: see shutdownOrder
 	reporters := enroll.StatusReporters{status}
 	if driver != nil {
 		reporters = append(reporters, driver)
@@ -289,13 +262,6 @@ func Run(ctx context.Context, cfg Config) error {
 		return source.notReady()
 	}
 	ready.SetServing(serving)
-	// Stopped before the node lock goes: a successor binds the same ports.
-	var servers []*httpserve.Server
-	defer func() {
-		for _, s := range servers {
-			s.StopLogged(logger)
-		}
-	}()
 	// The TCP listeners, unlike the health socket, are the serving
 	// meshlet's: their ports are the node's (host network).
 	if cfg.HealthAddr != "" {
@@ -303,22 +269,21 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		servers = append(servers, s)
+		lc.onStop("HTTP endpoints", func() { s.StopLogged(logger) })
 	}
 	debugServer, err := debug.Listen(cfg.StateDir, debug.Handler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server, liveSettings.Report))
 	if err != nil {
 		return err
 	}
-	servers = append(servers, debugServer)
+	lc.onStop("HTTP endpoints", func() { debugServer.StopLogged(logger) })
 	if cfg.MetricsAddr != "" {
 		s, err := httpserve.Listen("metrics", cfg.MetricsAddr, metrics.Handler(reg))
 		if err != nil {
 			return err
 		}
-		servers = append(servers, s)
+		lc.onStop("HTTP endpoints", func() { s.StopLogged(logger) })
 	}
 
-	stopGate := func() {}
 	if dra {
 		// Also with --gate=false: containers of pods prepared while the
 		// gate was on carry its device, and must keep starting.
@@ -326,27 +291,26 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		defer gate.Close()
-		stopGate = start("container gate", gate.Serve)
+		lc.onStop("container gate", func() { gate.Close() })
+		lc.start("container gate", gate.Serve)
 	}
-	stopZDS := start("ztunnel server", func(ctx context.Context) error {
+	lc.start("ztunnel server", func(ctx context.Context) error {
 		zdsServing.Store(true)
 		defer zdsServing.Store(false)
 		return server.Serve(ctx)
 	})
-	stopAPI := func() {}
 	if api != nil {
-		stopAPI = start("API watchers", func(ctx context.Context) error {
+		lc.start("API watchers", func(ctx context.Context) error {
 			api.run(ctx, core)
 			return nil
 		})
 		api.waitForSync(root, logger)
 	}
-	stopRetries := start("retries", func(ctx context.Context) error {
+	lc.start("retries", func(ctx context.Context) error {
 		core.RunRetries(ctx)
 		return nil
 	})
-	stopCheckpoint := start("checkpoint", func(ctx context.Context) error {
+	lc.start("checkpoint", func(ctx context.Context) error {
 		state.RunWriter(ctx, cfg.StateDir, bootID, core, m.CheckpointFailed)
 		return nil
 	})
@@ -354,47 +318,15 @@ func Run(ctx context.Context, cfg Config) error {
 	if api != nil && cfg.PodName != "" {
 		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
 	}
-	stopSource := start("pod source", source.Run)
+	onUninstall(ctx, lc, cfg, api, daemonSet, uninstallParts{core: core, source: source, driver: driver, redir: redir})
+	lc.start("pod source", source.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "revision", cfg.Policy.Revision, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "gate", dra && cfg.DRA.Gate.Enabled, "version", version.String())
 
 	<-root.Done()
 	cause := context.Cause(root)
 	logger.Info("meshlet stopping", "cause", cause)
-	stopSource()
-	stopRetries()
-	// Deleting meshlet's DaemonSet uninstalls it: its state leaves the
-	// node. An update, a restart or a node shutdown keeps it all.
-	uninstall := uninstalling(ctx, cfg, api, daemonSet)
-	if uninstall && cfg.UnmeshOnUninstall {
-		if err := core.UnmeshAll(context.WithoutCancel(ctx)); err != nil {
-			logger.Error(err, "Taking pods out of the mesh before uninstalling")
-		}
-	}
-	switch {
-	case uninstall:
-		removeCNIChain(ctx, cfg)
-	case source.cniMode():
-		logger.Info("Keeping meshlet-cni in the CNI chain: pods outside its excluded namespaces wait for the next meshlet; meshlet uninstall-cni removes it")
-	}
-	stopDRA()
-	if uninstall && driver != nil {
-		if err := kube.DeleteResourceSlices(context.WithoutCancel(ctx), api.client, cfg.NodeName, cfg.DRA.DriverName); err != nil {
-			logger.Error(err, "Deleting the node's mesh ResourceSlices")
-		}
-	}
-	stopAPI()
-	stopCheckpoint() // writes the final state
-	stopGate()
-	stopZDS()
-	if uninstall {
-		removeNodeState(logger, cfg, redir)
-		if dra {
-			if err := cfg.DRA.RemoveGate(); err != nil {
-				logger.Error(err, "Removing the container gate's CDI spec and hook")
-			}
-		}
-	}
+	lc.stop()
 	if ctx.Err() != nil {
 		return nil // asked to stop: a clean shutdown
 	}

@@ -9,10 +9,12 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
+	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
@@ -48,27 +50,73 @@ func uninstalling(ctx context.Context, cfg Config, api *apiClients, ds *kube.Dae
 	return false
 }
 
-// removeCNIChain takes meshlet-cni out of the runtime's CNI configuration
-// (in either mode: an entry left behind would fail every pod outside its
-// excluded namespaces). The binary stays (see removeStaleCNI).
-func removeCNIChain(ctx context.Context, cfg Config) {
-	removeStaleCNI(context.WithoutCancel(ctx), cfg)
+// uninstallParts are what an uninstall takes off the node.
+type uninstallParts struct {
+	core   *enroll.Core
+	source *modeSource
+	driver *draplugin.Driver // nil without DRA
+	redir  *redirect.Redirector
+}
+
+// onUninstall adds the uninstall steps to the shutdown: whether this
+// meshlet's DaemonSet is deleted is asked once, when the pod source has
+// stopped; if so, the pods leave the mesh (--unmesh-on-uninstall) and
+// meshlet-cni the CNI chain, then once the DRA plugin has stopped its
+// ResourceSlices go, and once the ZDS server has stopped the node-side
+// rules, the state files and the container gate.
+func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients, ds *kube.DaemonSetWatch, parts uninstallParts) {
+	logger := klog.FromContext(ctx)
+	uninstall := false
+	lc.onStop("uninstall: pods and CNI chain", func() {
+		uninstall = uninstalling(ctx, cfg, api, ds)
+		if uninstall && cfg.UnmeshOnUninstall {
+			if err := parts.core.UnmeshAll(context.WithoutCancel(ctx)); err != nil {
+				logger.Error(err, "Taking pods out of the mesh before uninstalling")
+			}
+		}
+		switch {
+		case uninstall:
+			// In either mode: an entry left behind would fail every pod
+			// outside its excluded namespaces. The binary stays.
+			removeStaleCNI(context.WithoutCancel(ctx), cfg)
+		case parts.source.cniMode():
+			logger.Info("Keeping meshlet-cni in the CNI chain: pods outside its excluded namespaces wait for the next meshlet; meshlet uninstall-cni removes it")
+		}
+	})
+	lc.onStop("uninstall: ResourceSlices", func() {
+		if uninstall && parts.driver != nil {
+			if err := kube.DeleteResourceSlices(context.WithoutCancel(ctx), api.client, cfg.NodeName, cfg.DRA.DriverName); err != nil {
+				logger.Error(err, "Deleting the node's mesh ResourceSlices")
+			}
+		}
+	})
+	lc.onStop("uninstall: node state", func() {
+		if !uninstall {
+			return
+		}
+		removeNodeState(logger, cfg.StateDir, parts.redir)
+		if parts.driver != nil {
+			if err := cfg.DRA.RemoveGate(); err != nil {
+				logger.Error(err, "Removing the container gate's CDI spec and hook")
+			}
+		}
+	})
 }
 
 // removeNodeState removes the node-side rules (probe SNAT) and the state
 // files. Pods' own rules stay until they stop, unless --unmesh-on-uninstall
 // released them first. The node lock file stays: it is held until exit.
-func removeNodeState(logger klog.Logger, cfg Config, redir *redirect.Redirector) {
+func removeNodeState(logger klog.Logger, stateDir string, redir *redirect.Redirector) {
 	if err := redir.UninstallNode(); err != nil {
 		logger.Error(err, "Removing meshlet's node-side rules")
 	}
 	var errs []error
 	for _, name := range []string{state.FileName, claimstore.FileName, live.FileName} {
-		if err := os.Remove(filepath.Join(cfg.StateDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(filepath.Join(stateDir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		logger.Error(err, "Removing meshlet's state files", "stateDir", cfg.StateDir)
+		logger.Error(err, "Removing meshlet's state files", "stateDir", stateDir)
 	}
 }

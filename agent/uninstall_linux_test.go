@@ -47,7 +47,7 @@ func TestRemoveNodeState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	removeNodeState(logger, cfg, redir)
+	removeNodeState(logger, cfg.StateDir, redir)
 	if table() == nil {
 		t.Fatal("node table inet meshlet still there")
 	}
