@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -24,7 +25,7 @@ import (
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
-	"github.com/meshlet/meshlet/internal/flagenum"
+	"github.com/meshlet/meshlet/internal/flagvalue"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -113,13 +114,13 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "Kubernetes node name this agent serves (DaemonSet: from spec.nodeName)")
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
 	fs.DurationVar(&c.SnapshotHold, "ztunnel-snapshot-hold", c.SnapshotHold, "after start-up, how long ztunnel's snapshot may wait for the runtime's pods to be listed: ztunnel drains every pod a snapshot leaves out, so the snapshot names the pods that run; meanwhile ztunnel keeps proxying the pods it has")
-	fs.Var(flagenum.New(&c.Mode, "mode", ModeAuto, ModeNRI, ModeCNI), "mode", "how pods reach meshlet: nri (the runtime's NRI hooks), cni (the chained meshlet-cni plugin, for runtimes without NRI) or auto (nri when the NRI socket answers, else cni once the runtime answers on CRI)")
+	fs.Var(flagvalue.NewEnum(&c.Mode, "mode", ModeAuto, ModeNRI, ModeCNI), "mode", "how pods reach meshlet: nri (the runtime's NRI hooks), cni (the chained meshlet-cni plugin, for runtimes without NRI) or auto (nri when the NRI socket answers, else cni once the runtime answers on CRI)")
 	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
 	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
 	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
-	fs.Var(flagenum.New(&c.Redirect.Backend, "redirect backend", redirect.BackendNftables, redirect.BackendIptables),
+	fs.Var(flagvalue.NewEnum(&c.Redirect.Backend, "redirect backend", redirect.BackendNftables, redirect.BackendIptables),
 		"redirect-backend", "in-pod rules: nftables or iptables")
-	fs.Var(flagenum.New(&c.Redirect.IptablesVariant, "iptables variant", redirect.VariantAuto, redirect.VariantNft, redirect.VariantLegacy),
+	fs.Var(flagvalue.NewEnum(&c.Redirect.IptablesVariant, "iptables variant", redirect.VariantAuto, redirect.VariantNft, redirect.VariantLegacy),
 		"iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
 	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as "+strconv.Quote(enroll.DefaultServiceAccount)+", no status annotation")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
@@ -127,8 +128,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
 	fs.StringVar(&c.HealthSocket, "health-socket", c.HealthSocket, "Unix socket for /healthz and /readyz, served from start-up, also while waiting for another meshlet on the node to exit (meshlet probe reads it; the DaemonSet's probes use it); one per meshlet (empty: off)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
-	fs.Var(newListValue(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
-	fs.Var(newListValue(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
+	fs.Var(flagvalue.NewList(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
+	fs.Var(flagvalue.NewList(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
 	fs.BoolVar(&c.PodDefaults.DNSCapture, "dns-capture", c.PodDefaults.DNSCapture, "redirect pods' DNS to ztunnel by default (per pod: annotation ambient.istio.io/dns-capture)")
 	fs.BoolVar(&c.Redirect.IPv6, "ipv6", c.Redirect.IPv6, "program IPv6 redirection for pods with IPv6 addresses")
 	fs.BoolVar(&c.DRA.Enabled, "dra", c.DRA.Enabled, "serve the DRA kubelet plugin: pods ask for the mesh with a ResourceClaim or the extended resource (off with --standalone)")
@@ -155,7 +156,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SkipPodIPCheck, "skip-pod-ip-check", c.SkipPodIPCheck, "enroll a mesh pod even when its network namespace does not hold the IPs the runtime reports (by default such a pod is refused: the runtime named the wrong namespace); only for a CNI that keeps pod IPs outside the pod's namespace")
 	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
 	fs.StringVar(&c.Policy.Revision, "revision", c.Policy.Revision, "the Istio revision this meshlet serves: only the pods whose namespace (or, in a namespace without one, the pod itself) has label "+policy.RevisionLabel+" naming it, or a revision tag of it, are enrolled, so that each revision's meshlet and ztunnel take their own pods on a node that runs two (each then needs its own --state-dir, --ztunnel-socket, --nri-plugin-index and ports); empty: every pod, whatever its revision")
-	fs.Var(flagenum.New(&c.Policy.RevisionlessPods, "revisionless pods", policy.RevisionlessDefaultTag, policy.RevisionlessEnroll, policy.RevisionlessSkip), "revisionless-pods",
+	fs.Var(flagvalue.NewEnum(&c.Policy.RevisionlessPods, "revisionless pods", policy.RevisionlessDefaultTag, policy.RevisionlessEnroll, policy.RevisionlessSkip), "revisionless-pods",
 		"with --revision: whether the pods that select no revision are this revision's: default-tag (Istio's rule: when the revision tag "+strconv.Quote(policy.DefaultTag)+" points to it, or, with no such tag, when the revision is named "+strconv.Quote(policy.DefaultRevision)+"), enroll or skip")
 	fs.Var(kube.ObjectRefList{Dst: &c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
 	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
@@ -283,25 +284,42 @@ func checkStateDir(dir string) error {
 	}
 }
 
-// listValue is a comma-separated list flag; setting it replaces the default.
-type listValue struct{ dst *[]string }
-
-func newListValue(dst *[]string) *listValue { return &listValue{dst: dst} }
-
-func (l *listValue) String() string {
-	if l == nil || l.dst == nil {
-		return ""
-	}
-	return strings.Join(*l.dst, ",")
+// defaultPolicy is Istio's selection, every revision's pods.
+func defaultPolicy() policy.Config {
+	p := policy.Defaults()
+	p.RevisionlessPods = policy.RevisionlessDefaultTag
+	return p
 }
 
-func (l *listValue) Set(s string) error {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
+// validateRevision checks --revision and what it cannot run with.
+func (c *Config) validateRevision() error {
+	rev := c.Policy.Revision
+	if rev == "" {
+		if c.Policy.RevisionlessPods != policy.RevisionlessDefaultTag {
+			return fmt.Errorf("--revisionless-pods=%s needs --revision", c.Policy.RevisionlessPods)
 		}
+		return nil
 	}
-	*l.dst = out
+	if errs := validation.IsDNS1123Label(rev); len(errs) > 0 {
+		return fmt.Errorf("--revision=%q is not a revision name: %s", rev, strings.Join(errs, "; "))
+	}
+	if len(rev) > redirect.MaxInstanceLen {
+		return fmt.Errorf("--revision=%q: at most %d characters (it names the node's rules of this meshlet)", rev, redirect.MaxInstanceLen)
+	}
+	switch {
+	case c.Standalone:
+		return errors.New("--revision needs the API server (namespaces' labels, Istio's revision tags): drop --standalone")
+	case c.Mode == ModeCNI:
+		return errors.New("--revision needs NRI (--mode=nri or auto): in CNI mode one meshlet-cni in the runtime's chain serves the node")
+	case c.DRA.Enabled:
+		return errors.New("--revision needs --dra=false: the DRA plugin publishes the node's one mesh device, for one meshlet per node")
+	}
 	return nil
+}
+
+// CNIExcluded are the namespaces meshlet-cni's entry lets start while
+// meshlet is away: the excluded namespaces and ztunnel's, so the mesh's
+// own infrastructure can come up on a node without an agent.
+func (c Config) CNIExcluded() []string {
+	return append(slices.Clone(c.Policy.ExcludedNamespaces), c.Policy.ZtunnelNamespace)
 }

@@ -2,14 +2,25 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/cri"
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/health"
+	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/metrics"
+	"github.com/meshlet/meshlet/agent/redirect"
+	"github.com/meshlet/meshlet/cnifallback"
+	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -101,3 +112,215 @@ func (s nriSource) Run(ctx context.Context) error {
 }
 
 var _ podSource = nriSource{}
+
+// podSource is how new pods reach the core: the NRI plugin, or CNI mode.
+type podSource interface {
+	Run(ctx context.Context) error
+	// Connected is true while new pods are enrolled before they start.
+	Connected() bool
+}
+
+var (
+	_ podSource = (*nriplugin.Plugin)(nil)
+	_ podSource = (*cnifallback.Fallback)(nil)
+)
+
+// modeSource picks the node's pod source once the runtime answers (see
+// selectMode) and then runs it. Picking happens inside Run, so that a
+// meshlet started before the runtime serves ztunnel, the API watchers and
+// its health endpoints meanwhile, and reports why it is not ready.
+type modeSource struct {
+	cfg Config
+	// build makes the source for the mode picked; ctx is the source's
+	// lifetime.
+	build  func(context.Context, Mode) (podSource, error)
+	onPick func(Mode)
+	picked atomic.Pointer[pickedSource]
+}
+
+type pickedSource struct {
+	mode   Mode
+	source podSource
+}
+
+func (s *modeSource) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	mode, why, err := selectMode(ctx, s.cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if mode == ModeCNI && s.cfg.Standalone {
+		return errStandaloneCNI
+	}
+	src, err := s.build(ctx, mode)
+	if err != nil {
+		return err
+	}
+	logger.Info("Pod source selected", "mode", mode, "why", why)
+	s.picked.Store(&pickedSource{mode: mode, source: src})
+	s.onPick(mode)
+	return src.Run(ctx)
+}
+
+func (s *modeSource) Connected() bool {
+	p := s.picked.Load()
+	return p != nil && p.source.Connected()
+}
+
+// notReady says why new pods are not enrolled now, or nil.
+func (s *modeSource) notReady() error {
+	p := s.picked.Load()
+	switch {
+	case p == nil:
+		return errors.New("waiting for the container runtime: neither its NRI socket nor its CRI socket answers (--mode " + string(s.cfg.Mode) + ")")
+	case p.source.Connected():
+		return nil
+	case p.mode == ModeCNI:
+		return errors.New("CNI mode: meshlet-cni is not chained in the runtime's CNI configuration, or the running pods are not synchronized yet")
+	}
+	return errors.New("not connected to the container runtime (NRI)")
+}
+
+// cniMode is whether CNI mode was picked.
+func (s *modeSource) cniMode() bool {
+	p := s.picked.Load()
+	return p != nil && p.mode == ModeCNI
+}
+
+// current names the pod source in use, or says that it is being chosen.
+func (s *modeSource) current() string {
+	if p := s.picked.Load(); p != nil {
+		return string(p.mode)
+	}
+	return "choosing (--mode " + string(s.cfg.Mode) + ")"
+}
+
+// canTakeOver says, changing nothing, whether this meshlet could serve the
+// node once it holds the node lock: the runtime answers (its NRI socket
+// dialled only while dial: each connection that does not register as a
+// plugin costs the runtime an error in its log, so once it has answered,
+// later checks see the socket is there), the redirect backend runs here,
+// and (with an API server and --pod-name) another running pod of
+// meshlet's own DaemonSet is on the node: the pod the update replaces,
+// which will exit. In a surge update the DaemonSet controller stops the
+// old pod once the new one is Ready and then moves on to the next node,
+// so this is all that stands between a release that cannot serve and
+// every node.
+func canTakeOver(ctx context.Context, cfg Config, client kubernetes.Interface, dial bool) error {
+	if err := runtimeAnswers(ctx, cfg, dial); err != nil {
+		return err
+	}
+	if err := redirect.Check(cfg.Redirect); err != nil {
+		return fmt.Errorf("redirect backend %s: %w", cfg.Redirect.Backend, err)
+	}
+	if client == nil || cfg.PodName == "" {
+		return nil
+	}
+	previous, err := kube.SiblingOnNode(ctx, client, cfg.PodNamespace, cfg.PodName, cfg.NodeName)
+	switch {
+	case err != nil:
+		return fmt.Errorf("API server: %w", err)
+	case previous == "":
+		return errors.New("the node lock is held, but no other pod of meshlet's DaemonSet runs on this node: nothing will hand the node over")
+	}
+	return nil
+}
+
+// runtimeAnswers is whether the runtime answers where --mode will look;
+// unless dial, the NRI socket only has to be there.
+func runtimeAnswers(ctx context.Context, cfg Config, dial bool) error {
+	nri := func() error {
+		if !dial {
+			if fi, err := os.Stat(cfg.NRI.SocketPath); err != nil || fi.Mode().Type() != fs.ModeSocket {
+				return fmt.Errorf("the runtime's NRI socket %s is gone", cfg.NRI.SocketPath)
+			}
+			return nil
+		}
+		if !nriplugin.Answers(ctx, cfg.NRI.SocketPath) {
+			return fmt.Errorf("the runtime's NRI socket %s does not answer", cfg.NRI.SocketPath)
+		}
+		return nil
+	}
+	cri := func() error {
+		if _, err := cri.Endpoint(ctx, cfg.CNI.CRISocket); err != nil {
+			return fmt.Errorf("the runtime's CRI socket: %w", err)
+		}
+		return nil
+	}
+	switch cfg.Mode {
+	case ModeNRI:
+		return nri()
+	case ModeCNI:
+		return cri()
+	}
+	if err := nri(); err != nil {
+		if criErr := cri(); criErr != nil {
+			return errors.Join(err, criErr)
+		}
+	}
+	return nil
+}
+
+// standbyChecks returns what state.AcquireNodeLock calls once it waits on
+// another meshlet: checks, in the background until ctx ends, of whether
+// this one could take the node over.
+func standbyChecks(ctx context.Context, r *health.Readiness, cfg Config, client kubernetes.Interface) func() {
+	return func() {
+		dial := true // until the runtime has answered once
+		go r.WatchTakeover(ctx, func(ctx context.Context) error {
+			err := canTakeOver(ctx, cfg, client, dial)
+			dial = dial && err != nil
+			return err
+		})
+	}
+}
+
+// newCNIMode assembles CNI mode over the core; excluded keeps meshlet-cni's
+// entry in step with the node settings.
+func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redirect.Redirector, excluded *cnifallback.Exclusions) (*cnifallback.Fallback, error) {
+	icfg, err := cfg.CNI.InstallerConfig(cfg.CNIExcluded(), true)
+	if err != nil {
+		return nil, err
+	}
+	var fb *cnifallback.Fallback
+	icfg.OnReassert = func(trigger string, _ time.Duration) {
+		// The first install is not a re-assert, nor a rewrite for new
+		// node settings.
+		if trigger != "start" && trigger != "settings" {
+			m.CNIReasserted()
+		}
+		// A pod set up while the entry was missing started outside the
+		// chain: list the runtime's pods soon to enroll it.
+		fb.Resync()
+	}
+	inst, err := install.New(icfg)
+	if err != nil {
+		return nil, err
+	}
+	excluded.Attach(inst)
+	fb = cnifallback.New(cfg.CNI, cnifallback.Deps{Core: core, Installer: inst, Metrics: m,
+		DialRuntime: func(ctx context.Context) (cri.Listing, error) { return cri.DialEndpoint(ctx, cfg.CNI.CRISocket) },
+		AfterSync: func(ctx context.Context) {
+			if err := redir.RetainNodeState(core.EnrolledIPs()); err != nil {
+				klog.FromContext(ctx).Error(err, "Cleaning node-side state of pods removed while meshlet was away")
+			}
+		}})
+	return fb, nil
+}
+
+// removeStaleCNI takes meshlet-cni out of the CNI chain on a node served
+// through NRI (the runtime gained NRI since meshlet last ran in CNI mode,
+// or it was installed by hand): nothing serves its socket in NRI mode, so
+// an entry left behind would fail every pod outside its excluded
+// namespaces. The binary stays (a runtime may still run it for an old pod's DEL).
+func removeStaleCNI(ctx context.Context, cfg Config) {
+	if err := cnifallback.RemoveFromChain(ctx, cfg.CNI, cfg.CNIExcluded()); err != nil {
+		klog.FromContext(ctx).Error(err, "Removing meshlet-cni from the CNI chain (NRI serves this node)", "confDir", cfg.CNI.ConfDir)
+	}
+}
+
+// errStandaloneCNI: CNI passes no labels, so CNI mode needs the API server.
+var errStandaloneCNI = errors.New("the runtime offers no NRI and CNI mode needs the API server (CNI passes no pod labels to select pods by): drop --standalone, or enable NRI in the runtime")

@@ -31,7 +31,7 @@ type Readiness struct {
 	// calls.
 	plugin func() error
 	// takeover is a standby's last answer to whether it could take the
-	// node over (nil: not asked yet; see canTakeOver).
+	// node over (nil: not asked yet).
 	takeover atomic.Pointer[takeoverResult]
 	// lockHeld is set once this meshlet holds the node lock.
 	lockHeld atomic.Bool
@@ -204,7 +204,7 @@ func (r *Readiness) WatchTakeover(ctx context.Context, check func(context.Contex
 	}
 }
 
-// takeoverResult is one answer of canTakeOver, and when it was given.
+// takeoverResult is one answer of the takeover check, and when it was given.
 type takeoverResult struct {
 	err error
 	at  time.Time

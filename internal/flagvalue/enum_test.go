@@ -1,4 +1,4 @@
-package flagenum_test
+package flagvalue_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshlet/meshlet/internal/flagenum"
+	"github.com/meshlet/meshlet/internal/flagvalue"
 )
 
 type color string
@@ -20,7 +20,7 @@ const (
 func TestSetAcceptsAllowedValuesInTheirOwnSpelling(t *testing.T) {
 	for in, want := range map[string]color{"red": red, "GREEN": green, "Blue": blue} {
 		c := red
-		if err := flagenum.New(&c, "color", red, green, blue).Set(in); err != nil || c != want {
+		if err := flagvalue.NewEnum(&c, "color", red, green, blue).Set(in); err != nil || c != want {
 			t.Errorf("Set(%q): %q, %v; want %q", in, c, err, want)
 		}
 	}
@@ -36,7 +36,7 @@ func TestSetRefusesUnknownValueNamingTheAllowedOnes(t *testing.T) {
 		{[]color{red, green, blue}, `unknown color "teal" (want red, green or blue)`},
 	} {
 		got := green
-		err := flagenum.New(&got, "color", c.allowed...).Set("teal")
+		err := flagvalue.NewEnum(&got, "color", c.allowed...).Set("teal")
 		if err == nil || err.Error() != c.want {
 			t.Errorf("error %v, want %q", err, c.want)
 		}
@@ -51,7 +51,7 @@ func TestAsFlag(t *testing.T) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	var out bytes.Buffer
 	fs.SetOutput(&out)
-	fs.Var(flagenum.New(&c, "color", red, green, blue), "color", "a color")
+	fs.Var(flagvalue.NewEnum(&c, "color", red, green, blue), "color", "a color")
 	fs.PrintDefaults()
 	if !strings.Contains(out.String(), `(default blue)`) {
 		t.Errorf("usage %q does not show the default", out.String())

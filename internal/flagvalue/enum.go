@@ -1,31 +1,32 @@
-// Package flagenum is the flag.Value of a string type that takes one of a
-// fixed set of values, so that each such setting does not hand-write its
-// own parsing and error message.
-package flagenum
+// Package flagvalue holds the flag.Values meshlet's settings share, so
+// that each setting does not hand-write its own parsing and error message:
+// Enum, a string type that takes one of a fixed set of values, and List,
+// a comma-separated list.
+package flagvalue
 
 import (
 	"fmt"
 	"strings"
 )
 
-// Value sets *dst to one of the allowed values. Matching ignores case (a
+// Enum sets *dst to one of the allowed values. Matching ignores case (a
 // DaemonSet's MESHLET_REDIRECT_BACKEND=NFTables means nftables); *dst
 // always receives the allowed value's own spelling.
-type Value[T ~string] struct {
+type Enum[T ~string] struct {
 	dst     *T
 	what    string
 	allowed []T
 }
 
-// New returns a Value for dst. what names the setting in errors
+// NewEnum returns an Enum for dst. what names the setting in errors
 // ("redirect backend": unknown redirect backend "x" (want nftables or
 // iptables)).
-func New[T ~string](dst *T, what string, allowed ...T) *Value[T] {
-	return &Value[T]{dst: dst, what: what, allowed: allowed}
+func NewEnum[T ~string](dst *T, what string, allowed ...T) *Enum[T] {
+	return &Enum[T]{dst: dst, what: what, allowed: allowed}
 }
 
 // Set implements flag.Value. An unknown value leaves *dst unchanged.
-func (v *Value[T]) Set(s string) error {
+func (v *Enum[T]) Set(s string) error {
 	for _, a := range v.allowed {
 		if strings.EqualFold(s, string(a)) {
 			*v.dst = a
@@ -35,9 +36,9 @@ func (v *Value[T]) Set(s string) error {
 	return fmt.Errorf("unknown %s %q (want %s)", v.what, s, list(v.allowed))
 }
 
-// String implements flag.Value. The flag package calls it on a zero Value
+// String implements flag.Value. The flag package calls it on a zero Enum
 // to detect defaults, hence the nil check.
-func (v *Value[T]) String() string {
+func (v *Enum[T]) String() string {
 	if v == nil || v.dst == nil {
 		return ""
 	}
