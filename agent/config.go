@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/nodesettings"
@@ -23,7 +22,6 @@ import (
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/cnifallback"
-	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/flagvalue"
 	"github.com/meshlet/meshlet/nriplugin"
@@ -115,51 +113,24 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ZtunnelSocket, "ztunnel-socket", c.ZtunnelSocket, "Unix socket ztunnel connects to (ZDS protocol)")
 	fs.DurationVar(&c.SnapshotHold, "ztunnel-snapshot-hold", c.SnapshotHold, "after start-up, how long ztunnel's snapshot may wait for the runtime's pods to be listed: ztunnel drains every pod a snapshot leaves out, so the snapshot names the pods that run; meanwhile ztunnel keeps proxying the pods it has")
 	fs.Var(flagvalue.NewEnum(&c.Mode, "mode", ModeAuto, ModeNRI, ModeCNI), "mode", "how pods reach meshlet: nri (the runtime's NRI hooks), cni (the chained meshlet-cni plugin, for runtimes without NRI) or auto (nri when the NRI socket answers, else cni once the runtime answers on CRI)")
-	fs.StringVar(&c.NRI.SocketPath, "nri-socket", c.NRI.SocketPath, "the container runtime's NRI socket")
-	fs.StringVar(&c.NRI.Index, "nri-plugin-index", c.NRI.Index, "NRI plugin index (two digits; orders meshlet among the runtime's plugins)")
-	fs.DurationVar(&c.NRI.EnrollTimeout, "enroll-timeout", c.NRI.EnrollTimeout, "bound on one enrollment inside a runtime hook; keep it below the runtime's NRI request timeout (2s by default)")
-	fs.Var(flagvalue.NewEnum(&c.Redirect.Backend, "redirect backend", redirect.BackendNftables, redirect.BackendIptables),
-		"redirect-backend", "in-pod rules: nftables or iptables")
-	fs.Var(flagvalue.NewEnum(&c.Redirect.IptablesVariant, "iptables variant", redirect.VariantAuto, redirect.VariantNft, redirect.VariantLegacy),
-		"iptables-variant", "with --redirect-backend=iptables: auto (match the node), nft or legacy")
 	fs.BoolVar(&c.Standalone, "standalone", c.Standalone, "run without an API server: only pods' own labels select them, service accounts are reported as "+strconv.Quote(enroll.DefaultServiceAccount)+", no status annotation")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", c.Kubeconfig, "kubeconfig file for the API server (default: in-cluster service account)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for meshlet's state on the node: checkpoint.json (the enrolled pods, so that a restarted meshlet adopts their rules), claims.json (prepared mesh claims), node-settings.json (the last good --config-map documents) and meshlet.lock (held by the meshlet serving the node)")
 	fs.StringVar(&c.HealthAddr, "health-addr", c.HealthAddr, "address for /healthz and /readyz (empty: off)")
 	fs.StringVar(&c.HealthSocket, "health-socket", c.HealthSocket, "Unix socket for /healthz and /readyz, served from start-up, also while waiting for another meshlet on the node to exit (meshlet probe reads it; the DaemonSet's probes use it); one per meshlet (empty: off)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "address for Prometheus /metrics (empty: off)")
-	fs.Var(flagvalue.NewList(&c.Policy.ExcludedNamespaces), "excluded-namespaces", "comma-separated namespaces whose pods are never enrolled")
-	fs.Var(flagvalue.NewList(&c.Policy.DeniedRuntimeHandlers), "denied-runtime-handlers", "comma-separated RuntimeClass handlers (e.g. runsc) whose pods are never enrolled: in-pod rules cannot take effect there")
 	fs.BoolVar(&c.PodDefaults.DNSCapture, "dns-capture", c.PodDefaults.DNSCapture, "redirect pods' DNS to ztunnel by default (per pod: annotation ambient.istio.io/dns-capture)")
-	fs.BoolVar(&c.Redirect.IPv6, "ipv6", c.Redirect.IPv6, "program IPv6 redirection for pods with IPv6 addresses")
-	fs.BoolVar(&c.DRA.Enabled, "dra", c.DRA.Enabled, "serve the DRA kubelet plugin: pods ask for the mesh with a ResourceClaim or the extended resource (off with --standalone)")
-	fs.StringVar(&c.DRA.DriverName, "dra-driver-name", c.DRA.DriverName, "DRA driver name of the mesh device (DeviceClass selector, claims' opaque config)")
-	fs.StringVar(&c.DRA.KubeletRootDir, "kubelet-root-dir", c.DRA.KubeletRootDir, "the kubelet's --root-dir: the DRA plugin registers in its plugins_registry/ and serves from plugins/<driver>/")
-	fs.IntVar(&c.DRA.Slots, "dra-slots", c.DRA.Slots, "publish this many plain mesh devices instead of one shared device, for clusters without the DRAConsumableCapacity feature (at most that many mesh pods per node; 0: one shared device)")
-	fs.StringVar(&c.DRA.PodUID, "pod-uid", c.DRA.PodUID, "meshlet's own pod UID (DaemonSet: downward API metadata.uid); enables the DRA plugin's rolling-update registration")
-	fs.BoolVar(&c.DRA.Gate.Enabled, "gate", c.DRA.Gate.Enabled, "with --dra: add the container gate to the mesh device, a CDI createRuntime hook (meshlet-gate) that refuses each container that asked for the mesh (through the claim or the extended resource) while meshlet has not enrolled its pod; off, meshlet still answers the hook of pods prepared while it was on")
-	fs.StringVar(&c.DRA.Gate.CDISpecDir, "cdi-spec-dir", c.DRA.Gate.CDISpecDir, "with --gate: one of the runtime's CDI spec directories; the gate's spec is written there")
-	fs.StringVar(&c.DRA.Gate.HookDir, "gate-hook-dir", c.DRA.Gate.HookDir, "with --gate: the host directory meshlet copies meshlet-gate into; the runtime runs the hook from there")
-	fs.StringVar(&c.DRA.Gate.HookBinary, "gate-hook-binary", c.DRA.Gate.HookBinary, "with --gate: the meshlet-gate binary to copy (default: meshlet-gate next to the meshlet executable)")
-	fs.StringVar(&c.DRA.Gate.Socket, "gate-socket", c.DRA.Gate.Socket, "with --gate: the Unix socket meshlet-gate asks")
-	fs.DurationVar(&c.DRA.Gate.Timeout, "gate-timeout", c.DRA.Gate.Timeout, "with --gate: how long meshlet-gate waits for meshlet's answer before it refuses the container")
-	fs.StringVar(&c.CNI.ConfDir, "cni-conf-dir", c.CNI.ConfDir, "CNI mode: the runtime's CNI configuration directory; meshlet-cni is chained into its primary conflist")
-	fs.StringVar(&c.CNI.BinDir, "cni-bin-dir", c.CNI.BinDir, "CNI mode: the runtime's CNI plugin directory; meshlet-cni is copied there")
-	fs.StringVar(&c.CNI.Socket, "cni-socket", c.CNI.Socket, "CNI mode: the Unix socket meshlet-cni calls (written into its conflist entry as agentSocket)")
-	fs.BoolVar(&c.CNI.OwnConflist, "cni-own-conflist", c.CNI.OwnConflist, "CNI mode: write "+install.OwnConflistName+" (a copy of the primary conflist with meshlet-cni appended) instead of editing the primary")
-	fs.StringVar(&c.CNI.PluginBinary, "cni-plugin-binary", c.CNI.PluginBinary, "CNI mode: the meshlet-cni binary to install (default: meshlet-cni next to the meshlet executable)")
-	fs.StringVar(&c.CNI.CRISocket, "cri-socket", c.CNI.CRISocket, "the runtime's CRI socket, for CNI mode's list of running pods and --mode auto (default: the first of "+strings.Join(cri.DefaultEndpoints, ", ")+" that answers)")
-	fs.DurationVar(&c.CNI.ResyncInterval, "cri-resync-interval", c.CNI.ResyncInterval, "how often the runtime's pods are listed on its CRI socket: a pod the list has not shown for twice this (CNI mode: at least 2m) is forgotten, its removal having never reached meshlet; CNI mode also enrolls listed pods that started outside the chain")
 	fs.StringVar(&c.PodName, "pod-name", c.PodName, "meshlet's own pod name (DaemonSet: downward API metadata.name); a stop removes meshlet's state from the node (meshlet-cni, node rules, state files, ResourceSlices) only when this pod's DaemonSet is deleted")
 	fs.StringVar(&c.PodNamespace, "pod-namespace", c.PodNamespace, "meshlet's own pod namespace (DaemonSet: downward API metadata.namespace)")
 	fs.BoolVar(&c.UnmeshOnUninstall, "unmesh-on-uninstall", c.UnmeshOnUninstall, "when meshlet's DaemonSet is deleted (needs --pod-name), take every pod out of the mesh before exiting: ztunnel Del, in-pod rules removed (default: running pods keep their rules until they stop)")
 	fs.BoolVar(&c.SkipPodIPCheck, "skip-pod-ip-check", c.SkipPodIPCheck, "enroll a mesh pod even when its network namespace does not hold the IPs the runtime reports (by default such a pod is refused: the runtime named the wrong namespace); only for a CNI that keeps pod IPs outside the pod's namespace")
-	fs.StringVar(&c.Policy.DataplaneModeLabel, "dataplane-mode-label", c.Policy.DataplaneModeLabel, "pod and namespace label that selects the mesh (value ambient) or opts a pod out (none)")
-	fs.StringVar(&c.Policy.Revision, "revision", c.Policy.Revision, "the Istio revision this meshlet serves: only the pods whose namespace (or, in a namespace without one, the pod itself) has label "+policy.RevisionLabel+" naming it, or a revision tag of it, are enrolled, so that each revision's meshlet and ztunnel take their own pods on a node that runs two (each then needs its own --state-dir, --ztunnel-socket, --nri-plugin-index and ports); empty: every pod, whatever its revision")
-	fs.Var(flagvalue.NewEnum(&c.Policy.RevisionlessPods, "revisionless pods", policy.RevisionlessDefaultTag, policy.RevisionlessEnroll, policy.RevisionlessSkip), "revisionless-pods",
-		"with --revision: whether the pods that select no revision are this revision's: default-tag (Istio's rule: when the revision tag "+strconv.Quote(policy.DefaultTag)+" points to it, or, with no such tag, when the revision is named "+strconv.Quote(policy.DefaultRevision)+"), enroll or skip")
 	fs.Var(kube.ObjectRefList{Dst: &c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
 	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
+	c.NRI.AddFlags(fs)
+	c.Redirect.AddFlags(fs)
+	c.Policy.AddFlags(fs)
+	c.DRA.AddFlags(fs)
+	c.CNI.AddFlags(fs)
 }
 
 // Validate reports the first setting that cannot work, naming its flag.
