@@ -80,7 +80,7 @@ test: deps
 ## each architecture's commands run in a chroot of it (qemu-user-static for
 ## the others), the archive imported into a real containerd
 image-test: deps
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_E2E_BIN="$$(test/env/install-runtime.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	  MESHLET_IMAGE_TEST_PLATFORMS= $(GO) test -count=1 -timeout 60m ./hack/mkimage/
 
 ## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
@@ -99,7 +99,7 @@ bench: deps
 ## are printed as a series and must stay flat (about 15 minutes)
 SOAK_CYCLES ?= 2000
 soak: deps
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_E2E_BIN="$$(test/env/install-runtime.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	  $(GO) test -run '^$$' -bench BenchmarkSoak -benchtime $(SOAK_CYCLES)x -timeout 90m -v ./test/e2e/
 
 ## fuzz: every Go fuzz target, FUZZTIME each (default 30s), on top of its
@@ -166,16 +166,16 @@ demo: deps
 ## driver mesh.meshlet.dev; a pod asking for mesh.meshlet.dev/mesh: 1; the
 ## slice, the claim, ztunnel's Add and the pod's rules explained; then clean up
 demo-dra: deps
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
-	MESHLET_CLUSTER_BIN="$$(test/cluster/install.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
+	MESHLET_E2E_BIN="$$(test/env/install-runtime.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_CLUSTER_BIN="$$(test/env/install-cluster.sh | tail -n 1)" && export MESHLET_CLUSTER_BIN && \
 	  $(GO) run ./examples/demo-dra
 
 ## demo-cni: CNI mode: containerd with NRI disabled and a real API server;
 ## meshlet (--mode auto) chains meshlet-cni, enrolls a mesh pod, re-asserts a
 ## rewritten conflist, and a mesh pod is refused while meshlet is away
 demo-cni: deps
-	MESHLET_E2E_BIN="$$(test/e2e/install.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
-	MESHLET_KUBE_BIN="$$(test/kube/install.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
+	MESHLET_E2E_BIN="$$(test/env/install-runtime.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
+	MESHLET_KUBE_BIN="$$(test/env/install-kube.sh | tail -n 1)" && export MESHLET_KUBE_BIN && \
 	  $(GO) run ./examples/demo-cni
 
 clean:

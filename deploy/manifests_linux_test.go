@@ -19,7 +19,7 @@ import (
 
 	"github.com/meshlet/meshlet/draplugin/apis/v1alpha1"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // shared is a real etcd + kube-apiserver.

@@ -16,14 +16,14 @@ command -v gcc >/dev/null || need+=(gcc libc6-dev) # go test -race needs cgo
 command -v git >/dev/null || need+=(git)
 # The image test runs the arm64 image's binaries under emulation.
 command -v qemu-aarch64-static >/dev/null || need+=(qemu-user-static)
-# The end-to-end tests' runtime and pod network (test/e2e/install.sh checks
+# The end-to-end tests' runtime and pod network (test/env/install-runtime.sh checks
 # too, for a run of its own; here they are installed before make test's
 # installers run side by side, which apt's lock would not allow).
 command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 # CRI-O's: its monitor, the tool that loads the test image into its
 # storage, and what its seccomp support builds against
-# (test/e2e/install-crio.sh).
+# (test/env/install-crio.sh).
 command -v conmon >/dev/null || need+=(conmon)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v pkg-config >/dev/null || need+=(pkg-config)

@@ -19,11 +19,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 all=(
-  MESHLET_E2E_BIN=test/e2e/install.sh
-  MESHLET_CONTAINERD17_BIN=test/e2e/install-containerd17.sh
-  MESHLET_CRIO_BIN=test/e2e/install-crio.sh
-  MESHLET_KUBE_BIN=test/kube/install.sh
-  MESHLET_CLUSTER_BIN=test/cluster/install.sh
+  MESHLET_E2E_BIN=test/env/install-runtime.sh
+  MESHLET_CONTAINERD17_BIN=test/env/install-containerd17.sh
+  MESHLET_CRIO_BIN=test/env/install-crio.sh
+  MESHLET_KUBE_BIN=test/env/install-kube.sh
+  MESHLET_CLUSTER_BIN=test/env/install-cluster.sh
   MESHLET_CNI_PLUGINS=cnifallback/chaintest/install.sh
   MESHLET_HELM=hack/install-helm.sh
 )

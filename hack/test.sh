@@ -94,8 +94,8 @@ set -m
 # Downloads only, at once: their builds come after the control plane's.
 (
   (
-    test/e2e/install-crio.sh --download &
-    test/e2e/install-containerd17.sh --download &
+    test/env/install-crio.sh --download &
+    test/env/install-containerd17.sh --download &
     wait
   ) 2>&1 | sed -u 's|^|[runtime downloads] |' >&2
 ) &

@@ -1,6 +1,6 @@
 # Sourced by the installers of the third-party commands the tests run
-# (test/kube/install.sh, test/cluster/install.sh, test/e2e/install.sh,
-# hack/install-helm.sh; and test/e2e/install-containerd17.sh and
+# (test/env/install-kube.sh, test/env/install-cluster.sh, test/env/install-runtime.sh,
+# hack/install-helm.sh; and test/env/install-containerd17.sh and
 # install-crio.sh, which build in modules of their own): their versions,
 # and the one Go module the first four are built in.
 #
@@ -22,15 +22,15 @@
 #   modules, even make lint's helm alone, and a command that stops
 #   resolving fails them all.
 
-# Kubernetes: kube-apiserver (test/kube/install.sh); kubelet,
-# kube-controller-manager and kube-scheduler (test/cluster/install.sh).
+# Kubernetes: kube-apiserver (test/env/install-kube.sh); kubelet,
+# kube-controller-manager and kube-scheduler (test/env/install-cluster.sh).
 K8S_VERSION=v1.37.2
 # The published version of its staging modules (k8s.io/api, client-go, …).
 K8S_STAGING_VERSION=v0.37.2
 # The go.etcd.io/etcd/client/v3 version Kubernetes requires: the etcd the
-# control plane runs (test/kube/install.sh).
+# control plane runs (test/env/install-kube.sh).
 ETCD_VERSION=v3.7.0
-# containerd, ctr, its runc shim and crictl (test/e2e/install.sh).
+# containerd, ctr, its runc shim and crictl (test/env/install-runtime.sh).
 CONTAINERD_VERSION=v2.4.2
 CRICTL_VERSION=v1.37.0
 # helm (hack/install-helm.sh).
@@ -40,9 +40,9 @@ HELM_VERSION=v3.22.0
 # of its own (thirdparty_own_module), not the shared one: they are older
 # than the Kubernetes above, and built against its newer libraries they do
 # not compile. containerd 1.7.x, the newest the proxy serves
-# (test/e2e/install-containerd17.sh):
+# (test/env/install-containerd17.sh):
 CONTAINERD17_VERSION=v1.7.35
-# CRI-O (test/e2e/install-crio.sh); the proxy serves no newer one.
+# CRI-O (test/env/install-crio.sh); the proxy serves no newer one.
 CRIO_VERSION=v1.34.0
 
 # Absolute: builds run in the module's directory.

@@ -17,7 +17,7 @@ import (
 	"github.com/meshlet/meshlet/agent/cri"
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // startContainerd starts the e2e harness's containerd (no NRI plugin
@@ -25,7 +25,7 @@ import (
 func startContainerd(t *testing.T) *env.Env {
 	t.Helper()
 	privtest.RequireRoot(t)
-	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/e2e/install.sh prints; `make test` sets it")
+	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints; `make test` sets it")
 	// Not t.TempDir: containerd's socket paths under it would pass the
 	// 108-byte limit of a Unix socket path.
 	dir, err := os.MkdirTemp("", "mlcri")

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // shared is a real etcd + kube-apiserver shared by the tests (each test

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
-	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 func main() { os.Exit(run()) }

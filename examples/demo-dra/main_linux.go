@@ -35,8 +35,8 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
-	"github.com/meshlet/meshlet/test/cluster/clusterenv"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 const (

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 func main() { os.Exit(run()) }

@@ -27,7 +27,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // built is the image the tests share: cross-compiling meshlet for each
@@ -525,7 +525,7 @@ func resolveIn(files map[string]fsEntry, name string) (string, error) {
 }
 
 // TestImageRunsInContainerd imports the archive into a real containerd
-// (test/e2e/env: private paths, its own network namespace) with ctr, as a
+// (test/env: private paths, its own network namespace) with ctr, as a
 // node's image import would, and runs the amd64 image: meshlet -h, and the
 // iptables userspace restoring the rules meshlet renders (the golden files
 // of agent/redirect) with both variants and families, and ipset, each in
@@ -534,7 +534,7 @@ func resolveIn(files map[string]fsEntry, name string) (string, error) {
 // CAP_NET_RAW, which the legacy variant needs).
 func TestImageRunsInContainerd(t *testing.T) {
 	privtest.RequireRoot(t)
-	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/e2e/install.sh prints (containerd, ctr); `make test` sets it")
+	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints (containerd, ctr); `make test` sets it")
 	archive, meta := theImage(t)
 	// Short: containerd's socket paths are limited to 108 bytes.
 	dir, err := os.MkdirTemp("", "mlimg")

@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // TestPodWithAPIServer: with a real kube-apiserver (in the environment's
@@ -71,7 +71,7 @@ func TestPodWithAPIServer(t *testing.T) {
 // It returns an admin client and the kubeconfig file meshlet is given.
 func apiServer(t *testing.T) (kubernetes.Interface, string) {
 	t.Helper()
-	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
 	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
 	if err != nil {
 		t.Fatal(err)

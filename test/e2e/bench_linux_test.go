@@ -24,9 +24,9 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/cluster/clusterenv"
-	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
+	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // BenchmarkRunPodSandbox: RunPodSandbox's wall time (through the CRI, as
@@ -342,7 +342,7 @@ func waitTaintedNow(b *testing.B, c *clusterenv.Cluster, tainted bool) {
 // the benchmark's sandbox, which it did not create, for an orphan and
 // stop it.
 func BenchmarkGateContainerStart(b *testing.B) {
-	bin := privtest.RequireEnv(b, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	bin := privtest.RequireEnv(b, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
 	k, err := kubeenv.StartIn(bin, b.TempDir(), theEnv(b).NetnsPath())
 	if err != nil {
 		b.Fatal(err)

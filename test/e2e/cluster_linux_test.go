@@ -11,8 +11,8 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/cluster/clusterenv"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // TestPodsThroughKubelet: on a real single-node cluster (the runtime's
@@ -82,7 +82,7 @@ func startCluster(t testing.TB, gates map[string]bool) *clusterenv.Cluster {
 // settings; the rest is the test environment's.
 func startClusterWith(t testing.TB, opts clusterenv.Options) *clusterenv.Cluster {
 	t.Helper()
-	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/cluster/install.sh prints (`make test` sets it)")
+	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/env/install-cluster.sh prints (`make test` sets it)")
 	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
 	if err != nil {
 		t.Fatal(err)

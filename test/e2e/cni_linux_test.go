@@ -20,8 +20,8 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // cniCluster is a containerd without NRI and a real API server in the
@@ -36,8 +36,8 @@ type cniCluster struct {
 
 func startCNICluster(t *testing.T) *cniCluster {
 	privtest.RequireRoot(t)
-	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/e2e/install.sh prints (`make test` sets it)")
-	kbin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints (`make test` sets it)")
+	kbin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
 	dir, err := os.MkdirTemp("", "mlcni") // short: socket paths
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/cluster/clusterenv"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
 // meshletNamespace is where the chart is installed in the tests.

@@ -21,8 +21,8 @@ import (
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // disruptionPods is how many mesh pods run through every lifecycle event.
@@ -191,7 +191,7 @@ func TestNoMeshConnectionDropped(t *testing.T) {
 // stay enrolled.
 func TestRestartWithTheAPIServerDown(t *testing.T) {
 	e := theEnv(t)
-	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
 	k, err := kubeenv.StartIn(bin, t.TempDir(), e.NetnsPath())
 	if err != nil {
 		t.Fatal(err)

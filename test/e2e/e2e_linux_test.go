@@ -16,7 +16,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 var ambient = map[string]string{"istio.io/dataplane-mode": "ambient"}

@@ -20,8 +20,8 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
 // fault is one way the node goes wrong during pod churn.
@@ -385,7 +385,7 @@ func apiServerDown() fault {
 		name:     "API server down",
 		harmless: true,
 		setup: func(t *testing.T) []string {
-			bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/kube/install.sh prints (`make test` sets it)")
+			bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
 			var err error
 			if k, err = kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath()); err != nil {
 				t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshlet/meshlet/draplugin"
-	"github.com/meshlet/meshlet/test/cluster/clusterenv"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
 // tolerateMissingMeshlet is the annotation that lets a pod start without

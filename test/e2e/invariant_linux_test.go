@@ -11,7 +11,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // invariant is meshlet's promise on a node, checked once: every running

@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshlet/meshlet/test/cluster/clusterenv"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // TestKubeletRecreatesSandbox: on a real cluster, the pause process of a

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // shared is the environment the tests share (containerd starts once); each
@@ -21,7 +21,7 @@ func theEnv(t testing.TB) *env.Env {
 }
 
 func TestMain(m *testing.M) {
-	bin := shared.Require("e2e", "MESHLET_E2E_BIN", "the directory test/e2e/install.sh prints; `make test` sets it", true)
+	bin := shared.Require("e2e", "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints; `make test` sets it", true)
 	if bin == "" {
 		os.Exit(m.Run())
 	}

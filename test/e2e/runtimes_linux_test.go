@@ -15,18 +15,18 @@ import (
 	"github.com/meshlet/meshlet/draplugin"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // runtimeMatrix is every runtime the NRI tests run on, each with the
 // variable its installer's directory comes in (make test sets them all)
 // and what sets it apart, as deploy/README's runtime table says.
 var runtimeMatrix = []matrixRuntime{
-	{runtime: env.Containerd, binVar: "MESHLET_E2E_BIN", installer: "test/e2e/install.sh", eventsCarryIPs: true,
+	{runtime: env.Containerd, binVar: "MESHLET_E2E_BIN", installer: "test/env/install-runtime.sh", eventsCarryIPs: true,
 		removalAfterRestart: removalMissed},
-	{runtime: env.Containerd17, binVar: "MESHLET_CONTAINERD17_BIN", installer: "test/e2e/install-containerd17.sh",
+	{runtime: env.Containerd17, binVar: "MESHLET_CONTAINERD17_BIN", installer: "test/env/install-containerd17.sh",
 		removalAfterRestart: removalEither},
-	{runtime: env.CRIO, binVar: "MESHLET_CRIO_BIN", installer: "test/e2e/install-crio.sh", eventsCarryIPs: true,
+	{runtime: env.CRIO, binVar: "MESHLET_CRIO_BIN", installer: "test/env/install-crio.sh", eventsCarryIPs: true,
 		removalAfterRestart: removalReported},
 }
 

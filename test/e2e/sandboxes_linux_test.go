@@ -9,7 +9,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // TestReplacedSandbox: a pod's sandbox re-created as the kubelet does it,

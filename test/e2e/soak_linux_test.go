@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet/meshlet/test/e2e/env"
+	"github.com/meshlet/meshlet/test/env"
 )
 
 // soakSample is meshlet seen after some create/delete cycles.

@@ -4,14 +4,14 @@
 # proxy, in the third-party module hack/thirdparty.sh keeps under the cache.
 # Cached by version: a later run, or a fresh clone on the same machine,
 # reuses the binaries. Linking the three takes a few GB of RAM. Prints the
-# bin directory on the last line; it also holds test/kube/install.sh's etcd
+# bin directory on the last line; it also holds test/env/install-kube.sh's etcd
 # and kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . hack/thirdparty.sh
 
 # Before thirdparty_lock: that script takes it too.
-KUBE_BIN="$(test/kube/install.sh | tail -n 1)"
+KUBE_BIN="$(test/env/install-kube.sh | tail -n 1)"
 BIN="$THIRDPARTY_CACHE/cluster-bin/$THIRDPARTY_KEY"
 
 built() { [ -x "$BIN/kubelet" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ]; }

@@ -49,7 +49,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// Start runs etcd and kube-apiserver from binDir (test/kube/install.sh) on
+// Start runs etcd and kube-apiserver from binDir (test/env/install-kube.sh) on
 // the test process's loopback.
 func Start(binDir, dir string) (*Env, error) { return StartIn(binDir, dir, "") }
 
@@ -61,7 +61,7 @@ func Start(binDir, dir string) (*Env, error) { return StartIn(binDir, dir, "") }
 func StartIn(binDir, dir, netnsPath string, apiserverArgs ...string) (_ *Env, err error) {
 	for _, b := range []string{"etcd", "kube-apiserver"} {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
-			return nil, fmt.Errorf("%s missing in %q (run test/kube/install.sh): %w", b, binDir, err)
+			return nil, fmt.Errorf("%s missing in %q (run test/env/install-kube.sh): %w", b, binDir, err)
 		}
 	}
 	e := &Env{dir: dir, bin: binDir, netns: netnsPath, apiserverArgs: apiserverArgs, Logf: func(string, ...any) {}}
@@ -266,7 +266,7 @@ func (e *Env) Stop() {
 	}
 }
 
-// BinEnv names the variable holding the directory test/kube/install.sh
+// BinEnv names the variable holding the directory test/env/install-kube.sh
 // prints.
 const BinEnv = "MESHLET_KUBE_BIN"
 
@@ -275,7 +275,7 @@ const BinEnv = "MESHLET_KUBE_BIN"
 // keeps its logs when a test failed. Tests reach the control plane through
 // shared.Get, which skips them, with the reason, when BinEnv is unset.
 func RunTests(m *testing.M, pkg string, shared *privtest.Shared[*Env]) int {
-	bin := shared.Require(pkg, BinEnv, "the directory test/kube/install.sh prints; `make test` sets it", false)
+	bin := shared.Require(pkg, BinEnv, "the directory test/env/install-kube.sh prints; `make test` sets it", false)
 	if bin == "" {
 		return m.Run()
 	}

@@ -17,17 +17,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/meshlet/meshlet/test/kube/kubeenv"
+	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 
-// BinEnv names the variable holding the directory test/cluster/install.sh
+// BinEnv names the variable holding the directory test/env/install-cluster.sh
 // prints.
 const BinEnv = "MESHLET_CLUSTER_BIN"
 
 // Options configures a cluster.
 type Options struct {
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager,
-	// kube-scheduler and kubelet (test/cluster/install.sh prints it).
+	// kube-scheduler and kubelet (test/env/install-cluster.sh prints it).
 	BinDir string
 	// Dir is the working directory (keep it short: socket paths).
 	Dir string
@@ -104,7 +104,7 @@ func Start(opts Options) (_ *Cluster, err error) {
 	}
 	for _, b := range []string{"kube-controller-manager", "kube-scheduler", "kubelet"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
-			return nil, fmt.Errorf("%s missing in %q (run test/cluster/install.sh): %w", b, opts.BinDir, err)
+			return nil, fmt.Errorf("%s missing in %q (run test/env/install-cluster.sh): %w", b, opts.BinDir, err)
 		}
 	}
 	c := &Cluster{opts: opts}

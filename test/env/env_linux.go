@@ -28,7 +28,7 @@ const Subnet = "203.0.113.0/24"
 // Options configures an environment.
 type Options struct {
 	// BinDir holds containerd 2.x, ctr, containerd-shim-runc-v2 and crictl
-	// (test/e2e/install.sh prints it).
+	// (test/env/install-runtime.sh prints it).
 	BinDir string
 	// Runtime is the runtime the environment runs (Containerd if empty).
 	Runtime Runtime
@@ -89,7 +89,7 @@ func Start(opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("%s has no NRI validator to require plugins %q with", opts.Runtime, opts.RequiredPlugins)
 	}
 	if _, err := os.Stat(filepath.Join(opts.BinDir, "crictl")); err != nil {
-		return nil, fmt.Errorf("e2e binary crictl missing in %q (run test/e2e/install.sh): %w", opts.BinDir, err)
+		return nil, fmt.Errorf("e2e binary crictl missing in %q (run test/env/install-runtime.sh): %w", opts.BinDir, err)
 	}
 	for _, b := range kind.binaries {
 		if _, err := os.Stat(filepath.Join(opts.RuntimeBinDir, b)); err != nil {
@@ -188,10 +188,10 @@ func (e *Env) build() error {
 		daemon,
 		{e.path("bin", "meshlet-cni"), "./cmd/meshlet-cni", trimpath, noCgo},
 		{e.path("bin", "meshlet-gate"), "./cmd/meshlet-gate", trimpath, noCgo},
-		{e.path("bin", "pause"), "./test/e2e/pause", trimpath, noCgo},
+		{e.path("bin", "pause"), "./test/env/pause", trimpath, noCgo},
 	}
 	if e.opts.Runtime == CRIO {
-		builds = append(builds, build{e.path("bin", "oomrunc"), "./test/e2e/oomrunc", trimpath, noCgo})
+		builds = append(builds, build{e.path("bin", "oomrunc"), "./test/env/oomrunc", trimpath, noCgo})
 	}
 	for _, b := range builds {
 		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)

@@ -13,12 +13,12 @@ type Runtime string
 
 // The runtimes the end-to-end matrix runs meshlet on.
 const (
-	// Containerd is containerd 2.x (test/e2e/install.sh, MESHLET_E2E_BIN).
+	// Containerd is containerd 2.x (test/env/install-runtime.sh, MESHLET_E2E_BIN).
 	Containerd Runtime = "containerd"
 	// Containerd17 is containerd 1.7.x, whose NRI is off by default and
-	// older (test/e2e/install-containerd17.sh, MESHLET_CONTAINERD17_BIN).
+	// older (test/env/install-containerd17.sh, MESHLET_CONTAINERD17_BIN).
 	Containerd17 Runtime = "containerd-1.7"
-	// CRIO is CRI-O (test/e2e/install-crio.sh, MESHLET_CRIO_BIN).
+	// CRIO is CRI-O (test/env/install-crio.sh, MESHLET_CRIO_BIN).
 	CRIO Runtime = "crio"
 )
 
