@@ -93,7 +93,7 @@ func Start(opts Options) (_ *Env, err error) {
 	}
 	for _, b := range kind.binaries {
 		if _, err := os.Stat(filepath.Join(opts.RuntimeBinDir, b)); err != nil {
-			return nil, fmt.Errorf("%s binary %s missing in %q (run its installer under test/e2e): %w", opts.Runtime, b, opts.RuntimeBinDir, err)
+			return nil, fmt.Errorf("%s binary %s missing in %q (run its installer, test/env/install-*.sh): %w", opts.Runtime, b, opts.RuntimeBinDir, err)
 		}
 	}
 	for _, b := range append([]string{"runc", "ip", "nsenter", "nft"}, kind.commands...) {
