@@ -22,55 +22,57 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/examples/internal/narrate"
 	"github.com/meshlet/meshlet/test/env"
 	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
+
+// story tells the demo's story: on the terminal, or to its test.
+var story = narrate.New("demo-cni", os.Stdout, os.Stderr)
 
 func main() { os.Exit(run()) }
 
 func run() int {
 	bin, kbin := os.Getenv("MESHLET_E2E_BIN"), os.Getenv("MESHLET_KUBE_BIN")
 	if bin == "" || kbin == "" || os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "demo-cni: run as root through `make demo-cni` (it installs the runtime and the API server and sets MESHLET_E2E_BIN and MESHLET_KUBE_BIN)")
+		story.Errorln("run as root through `make demo-cni` (it installs the runtime and the API server and sets MESHLET_E2E_BIN and MESHLET_KUBE_BIN)")
 		return 2
 	}
 	dir, err := os.MkdirTemp("", "mlcnidemo")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		story.Errorln(err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	say("Starting containerd 2.4.2 with NRI disabled, runc and the CNI bridge plugin (private paths, own netns)…")
+	story.Say("Starting containerd 2.4.2 with NRI disabled, runc and the CNI bridge plugin (private paths, own netns)…")
 	e, err := env.Start(env.Options{BinDir: bin, Dir: dir, DisableNRI: true})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo-cni:", err)
+		story.Errorln(err)
 		return 1
 	}
 	defer func() {
-		say("Cleaning up: pods removed, containerd and the API server stopped, namespace deleted.")
+		story.Say("Cleaning up: pods removed, containerd and the API server stopped, namespace deleted.")
 		if err := e.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "demo-cni: teardown:", err)
+			story.Errorln("teardown:", err)
 		}
 	}()
-	say("Starting etcd and kube-apiserver in the same netns…")
+	story.Say("Starting etcd and kube-apiserver in the same netns…")
 	if err := os.MkdirAll(filepath.Join(dir, "kube"), 0o700); err != nil {
-		fmt.Fprintln(os.Stderr, "demo-cni:", err)
+		story.Errorln(err)
 		return 1
 	}
 	k, err := kubeenv.StartIn(kbin, filepath.Join(dir, "kube"), e.NetnsPath())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo-cni:", err)
+		story.Errorln(err)
 		return 1
 	}
 	defer k.Stop()
 	if err := demo(e, k, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "demo-cni:", err)
+		story.Errorln(err)
 		return 1
 	}
 	return 0
 }
-
-func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
 func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 	ctx := context.Background()
@@ -91,8 +93,8 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 			return err
 		}
 	}
-	say("The runtime's conflist before meshlet (%s):", e.PrimaryConflist())
-	printFile(e.PrimaryConflist())
+	story.Say("The runtime's conflist before meshlet (%s):", e.PrimaryConflist())
+	story.File(e.PrimaryConflist())
 
 	socket := filepath.Join(dir, "ztunnel.sock")
 	m, zt, err := startMeshlet(e, socket, kubeconfig)
@@ -103,13 +105,13 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 	if b, err := os.ReadFile(m.LogPath); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(line, "Pod source selected") {
-				say("meshlet chose its mode itself (--mode auto):")
-				fmt.Println("    " + line[strings.Index(line, "\"Pod source"):])
+				story.Say("meshlet chose its mode itself (--mode auto):")
+				story.Println("    " + line[strings.Index(line, "\"Pod source"):])
 			}
 		}
 	}
-	say("meshlet is ready. The conflist now ends with meshlet-cni (written atomically, mode kept):")
-	printFile(e.PrimaryConflist())
+	story.Say("meshlet is ready. The conflist now ends with meshlet-cni (written atomically, mode kept):")
+	story.File(e.PrimaryConflist())
 
 	mesh, err := runPod(e, c, "bookinfo", "productpage")
 	if err != nil {
@@ -120,18 +122,18 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 		return err
 	}
 	ino, _ := env.Inode(mesh.NetnsPath)
-	say("What ztunnel received before productpage's sandbox was returned (the CNI ADD waits for the enrollment):")
+	story.Say("What ztunnel received before productpage's sandbox was returned (the CNI ADD waits for the enrollment):")
 	for _, r := range zt.Requests() {
 		if r.Kind == zdstest.Add {
-			fmt.Printf("    Add %s/%s serviceAccount=%s, netns inode %d (sandbox netns inode %d)\n",
+			story.Printf("    Add %s/%s serviceAccount=%s, netns inode %d (sandbox netns inode %d)\n",
 				r.Info.GetNamespace(), r.Info.GetName(), r.Info.GetServiceAccount(), r.NetnsInode, ino)
 		}
 	}
-	say("Redirection in productpage's netns (first lines of nft list table inet meshlet):")
+	story.Say("Redirection in productpage's netns (first lines of nft list table inet meshlet):")
 	out, _ := exec.Command("nsenter", "--net="+mesh.NetnsPath, "nft", "list", "table", "inet", "meshlet").CombinedOutput()
-	fmt.Print(indent(head(string(out), 8)))
+	story.Print(narrate.Indent(narrate.Head(string(out), 8)))
 	if exec.Command("nsenter", "--net="+plain.NetnsPath, "nft", "list", "table", "inet", "meshlet").Run() != nil {
-		say("legacy/legacy (namespace not in the mesh) has no meshlet table: untouched.")
+		story.Say("legacy/legacy (namespace not in the mesh) has no meshlet table: untouched.")
 	}
 
 	original, err := os.ReadFile(e.PrimaryConflist())
@@ -149,18 +151,18 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 	}
 	for time.Since(start) < 5*time.Second {
 		if b, _ := os.ReadFile(e.PrimaryConflist()); strings.Contains(string(b), "meshlet-cni") {
-			say("A primary CNI rewrote the conflist without meshlet-cni: meshlet put it back after %v.", time.Since(start).Round(time.Millisecond))
+			story.Say("A primary CNI rewrote the conflist without meshlet-cni: meshlet put it back after %v.", time.Since(start).Round(time.Millisecond))
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	_, metrics, err := m.Get("http://127.0.0.1:9881/metrics")
 	if err == nil {
-		say("meshlet metrics:")
+		story.Say("meshlet metrics:")
 		for _, line := range strings.Split(metrics, "\n") {
 			for _, name := range []string{"meshlet_mode", "meshlet_cni_reasserts_total", "meshlet_enrolled_pods", "meshlet_runtime_connected", "meshlet_enroll_duration_seconds_count"} {
 				if strings.HasPrefix(line, name) {
-					fmt.Println("    " + line)
+					story.Println("    " + line)
 				}
 			}
 		}
@@ -170,11 +172,11 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 	if err := m.Stop(); err != nil {
 		return err
 	}
-	say("meshlet stopped (as during an update or after a reboot). meshlet-cni stays in the chain, so a new mesh pod is refused instead of starting unmeshed:")
+	story.Say("meshlet stopped (as during an update or after a reboot). meshlet-cni stays in the chain, so a new mesh pod is refused instead of starting unmeshed:")
 	if _, err := runPod(e, c, "bookinfo", "reviews"); err != nil {
-		fmt.Println("    " + lastLine(err.Error()))
+		story.Println("    " + narrate.LastLine(err.Error()))
 	} else {
-		say("UNEXPECTED: bookinfo/reviews started without meshlet")
+		story.Say("UNEXPECTED: bookinfo/reviews started without meshlet")
 	}
 	m, zt, err = startMeshlet(e, socket, kubeconfig)
 	if err != nil {
@@ -184,7 +186,7 @@ func demo(e *env.Env, k *kubeenv.Env, dir string) error {
 	if err != nil {
 		return err
 	}
-	say("meshlet is back: the kubelet's retry (here bookinfo/reviews-retry) is enrolled (%d ztunnel Add for it).", countAdds(zt, p.uid))
+	story.Say("meshlet is back: the kubelet's retry (here bookinfo/reviews-retry) is enrolled (%d ztunnel Add for it).", countAdds(zt, p.uid))
 	return nil
 }
 
@@ -210,7 +212,7 @@ func runPod(e *env.Env, c kubernetes.Interface, ns, name string) (*pod, error) {
 	if err != nil {
 		return nil, err
 	}
-	say("Created pod %s/%s (IP %s) in %v.", ns, name, info.IP, time.Since(start).Round(time.Millisecond))
+	story.Say("Created pod %s/%s (IP %s) in %v.", ns, name, info.IP, time.Since(start).Round(time.Millisecond))
 	return &pod{PodInfo: info, uid: string(p.UID)}, nil
 }
 
@@ -245,40 +247,4 @@ func countAdds(zt *zdstest.Ztunnel, uid string) int {
 		}
 	}
 	return n
-}
-
-func printFile(path string) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		fmt.Println("    ", err)
-		return
-	}
-	fmt.Print(indent(string(b)))
-}
-
-func head(s string, n int) string {
-	lines := strings.Split(s, "\n")
-	if len(lines) > n {
-		lines = append(lines[:n], "…")
-	}
-	return strings.Join(lines, "\n")
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndex(s, "\n"); i >= 0 {
-		s = s[i+1:]
-	}
-	if len(s) > 400 {
-		s = s[:400] + "…"
-	}
-	return s
-}
-
-func indent(s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		b.WriteString("    " + l + "\n")
-	}
-	return b.String()
 }

@@ -35,8 +35,9 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
-	"github.com/meshlet/meshlet/test/env/clusterenv"
+	"github.com/meshlet/meshlet/examples/internal/narrate"
 	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
 const (
@@ -46,17 +47,20 @@ const (
 	driver         = draplugin.DefaultDriverName
 )
 
+// story tells the demo's story: on the terminal, or to its test.
+var story = narrate.New("demo-dra", os.Stdout, os.Stderr)
+
 func main() { os.Exit(run()) }
 
 func run() int {
 	e2eBin, clusterBin := os.Getenv("MESHLET_E2E_BIN"), os.Getenv(clusterenv.BinEnv)
 	if e2eBin == "" || clusterBin == "" || os.Geteuid() != 0 {
-		fmt.Fprintln(os.Stderr, "demo-dra: run as root through `make demo-dra` (it installs the runtime and the cluster binaries and sets MESHLET_E2E_BIN and MESHLET_CLUSTER_BIN)")
+		story.Errorln("run as root through `make demo-dra` (it installs the runtime and the cluster binaries and sets MESHLET_E2E_BIN and MESHLET_CLUSTER_BIN)")
 		return 2
 	}
 	root, err := moduleRoot()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo-dra:", err)
+		story.Errorln(err)
 		return 1
 	}
 	// Ctrl-C (or SIGTERM) ends the demo's waits; the teardown below runs
@@ -68,7 +72,7 @@ func run() int {
 	go func() {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(os.Stderr, "demo-dra: interrupted; cleaning up…")
+			story.Errorln("interrupted; cleaning up…")
 		case <-finished:
 		}
 	}()
@@ -76,40 +80,38 @@ func run() int {
 	failed := true
 	dir, err := os.MkdirTemp("", "mldra") // short: socket paths live under it
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo-dra:", err)
+		story.Errorln(err)
 		return 1
 	}
 	defer func() {
 		if failed && ctx.Err() == nil {
-			fmt.Fprintln(os.Stderr, "demo-dra: logs kept in", dir)
+			story.Errorln("logs kept in", dir)
 			return
 		}
 		os.RemoveAll(dir)
 	}()
-	say("Starting containerd 2.4.2 with NRI, runc and the CNI bridge plugin (private paths, own netns)…")
+	story.Say("Starting containerd 2.4.2 with NRI, runc and the CNI bridge plugin (private paths, own netns)…")
 	e, err := env.Start(env.Options{BinDir: e2eBin, Dir: filepath.Join(dir, "rt"), RequiredPlugins: []string{"meshlet"}})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo-dra:", err)
+		story.Errorln(err)
 		return 1
 	}
 	defer func() {
 		if err := e.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "demo-dra: runtime teardown:", err)
+			story.Errorln("runtime teardown:", err)
 		}
-		say("Cleaned up: cluster stopped, pods removed, containerd stopped, namespace deleted.")
+		story.Say("Cleaned up: cluster stopped, pods removed, containerd stopped, namespace deleted.")
 	}()
 	if err := demo(ctx, e, root, dir, clusterBin); err != nil {
 		if ctx.Err() != nil {
 			return 130
 		}
-		fmt.Fprintln(os.Stderr, "demo-dra: FAILED:", err)
+		story.Errorln("FAILED:", err)
 		return 1
 	}
 	failed = false
 	return 0
 }
-
-func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
 // moduleRoot is the repository's root (deploy/dra.yaml is read from it).
 func moduleRoot() (string, error) {
@@ -124,7 +126,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	say("Starting a single-node cluster on it: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet 1.37.2…")
+	story.Say("Starting a single-node cluster on it: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet 1.37.2…")
 	start := time.Now()
 	c, err := clusterenv.Start(clusterenv.Options{BinDir: clusterBin, Dir: filepath.Join(dir, "c"), NetnsPath: e.NetnsPath(),
 		CRISocket: e.CRISocket, NodeName: env.NodeName,
@@ -134,10 +136,10 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	}
 	defer func() {
 		if serr := c.Stop(); serr != nil {
-			fmt.Fprintln(os.Stderr, "demo-dra: cluster teardown:", serr)
+			story.Errorln("cluster teardown:", serr)
 		}
 	}()
-	say("Node %q is Ready (%v).", env.NodeName, time.Since(start).Round(time.Second))
+	story.Say("Node %q is Ready (%v).", env.NodeName, time.Since(start).Round(time.Second))
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -146,7 +148,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err != nil {
 		return err
 	}
-	say("Applied DeviceClass %s from deploy/dra.yaml (extended resource %s).", class.Name, deref(class.Spec.ExtendedResourceName))
+	story.Say("Applied DeviceClass %s from deploy/dra.yaml (extended resource %s).", class.Name, deref(class.Spec.ExtendedResourceName))
 
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {
@@ -159,7 +161,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	}
 	defer func() {
 		if serr := m.Stop(); serr != nil {
-			fmt.Fprintln(os.Stderr, "demo-dra: meshlet stop:", serr)
+			story.Errorln("meshlet stop:", serr)
 		}
 	}()
 	zt, err := connectZtunnel(ctx, socket)
@@ -178,7 +180,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 			// After Ctrl-C the terminal signalled the cluster's processes
 			// too: the API server may be gone, and Stop cleans up anyway.
 			if derr := c.DeletePods(); derr != nil && ctx.Err() == nil {
-				fmt.Fprintln(os.Stderr, "demo-dra: delete pods:", derr)
+				story.Errorln("delete pods:", derr)
 			}
 		}
 	}()
@@ -186,9 +188,9 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err != nil {
 		return fmt.Errorf("%w (meshlet log %s)", err, m.LogPath)
 	}
-	say("meshlet is ready: NRI plugin registered, ztunnel stand-in connected, DRA kubelet plugin %s registered.", driver)
-	fmt.Println()
-	say("ResourceSlice %s (driver %s, node %s, pool %s):", slice.Name, slice.Spec.Driver, deref(slice.Spec.NodeName), slice.Spec.Pool.Name)
+	story.Say("meshlet is ready: NRI plugin registered, ztunnel stand-in connected, DRA kubelet plugin %s registered.", driver)
+	story.Println()
+	story.Say("ResourceSlice %s (driver %s, node %s, pool %s):", slice.Name, slice.Spec.Driver, deref(slice.Spec.NodeName), slice.Spec.Pool.Name)
 	printDevice(dev)
 
 	// The namespace is not labelled for the mesh: the pod's request alone
@@ -200,8 +202,8 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 		return err
 	}
 	pod := meshPod(podName)
-	fmt.Println()
-	say("Creating pod %s/%s (namespace not labelled for the mesh; the container asks for mesh.meshlet.dev/mesh: 1)…", namespace, podName)
+	story.Println()
+	story.Say("Creating pod %s/%s (namespace not labelled for the mesh; the container asks for mesh.meshlet.dev/mesh: 1)…", namespace, podName)
 	start = time.Now()
 	if pod, err = c.Client.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		return err
@@ -210,7 +212,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err != nil {
 		return fmt.Errorf("%w (logs: kubelet %s, meshlet %s)", err, filepath.Join(dir, "c", "kubelet.log"), m.LogPath)
 	}
-	say("Pod Running %v after creation: UID %s, IP %s.", time.Since(start).Round(time.Millisecond), pod.UID, pod.Status.PodIP)
+	story.Say("Pod Running %v after creation: UID %s, IP %s.", time.Since(start).Round(time.Millisecond), pod.UID, pod.Status.PodIP)
 
 	// The claim the scheduler made for the extended resource.
 	if pod.Status.ExtendedResourceClaimStatus == nil {
@@ -221,20 +223,20 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	say("ResourceClaim %s/%s, made by the scheduler for the extended resource:", namespace, claimName)
+	story.Println()
+	story.Say("ResourceClaim %s/%s, made by the scheduler for the extended resource:", namespace, claimName)
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		fmt.Printf("    allocated: request %s → driver %s, pool %s, device %s, shareID %s\n", r.Request, r.Driver, r.Pool, r.Device, deref((*string)(r.ShareID)))
+		story.Printf("    allocated: request %s → driver %s, pool %s, device %s, shareID %s\n", r.Request, r.Driver, r.Pool, r.Device, deref((*string)(r.ShareID)))
 	}
 	for _, ref := range claim.Status.ReservedFor {
-		fmt.Printf("    reserved for: %s %s (uid %s)\n", ref.Resource, ref.Name, ref.UID)
+		story.Printf("    reserved for: %s %s (uid %s)\n", ref.Resource, ref.Name, ref.UID)
 	}
 	for _, d := range claim.Status.Devices {
 		for _, cond := range d.Conditions {
-			fmt.Printf("    status.devices[%s/%s]: %s=%s reason %s: %s\n", d.Pool, d.Device, cond.Type, cond.Status, cond.Reason, cond.Message)
+			story.Printf("    status.devices[%s/%s]: %s=%s reason %s: %s\n", d.Pool, d.Device, cond.Type, cond.Status, cond.Reason, cond.Message)
 		}
 		if d.NetworkData != nil {
-			fmt.Printf("    status.devices[%s/%s].networkData.ips: %s\n", d.Pool, d.Device, strings.Join(d.NetworkData.IPs, ", "))
+			story.Printf("    status.devices[%s/%s].networkData.ips: %s\n", d.Pool, d.Device, strings.Join(d.NetworkData.IPs, ", "))
 		}
 	}
 	claims, err := claimstore.Open(e.MeshletStateDir())
@@ -242,7 +244,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 		return err
 	}
 	for _, pc := range claims.ForPod(string(pod.UID)) {
-		fmt.Printf("    prepared by meshlet: %s/%s in %s (settings: %s)\n", pc.Namespace, pc.Name,
+		story.Printf("    prepared by meshlet: %s/%s in %s (settings: %s)\n", pc.Namespace, pc.Name,
 			filepath.Join("<state-dir>", claimstore.FileName), settings(pc.Settings.DNSCapture, pc.Settings.InboundCapture))
 	}
 	// The container gate: the prepared device named its CDI device, and the
@@ -260,7 +262,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if allowed == "" || allowed == "0" {
 		return fmt.Errorf("the container gate answered no container (meshlet_gate_decisions_total allowed %q)", allowed)
 	}
-	fmt.Printf("    container gate: CDI device %s/mesh=gate; the runtime ran meshlet-gate before the app container, meshlet answered allowed (meshlet_gate_decisions_total{decision=\"allowed\"} %s)\n",
+	story.Printf("    container gate: CDI device %s/mesh=gate; the runtime ran meshlet-gate before the app container, meshlet answered allowed (meshlet_gate_decisions_total{decision=\"allowed\"} %s)\n",
 		driver, allowed)
 
 	// ztunnel's view, and the rules in the pod.
@@ -276,8 +278,8 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	say("What ztunnel received for the pod:")
+	story.Println()
+	story.Say("What ztunnel received for the pod:")
 	adds := 0
 	for _, r := range zt.Requests() {
 		if r.Kind != zdstest.Add || r.UID != string(pod.UID) {
@@ -288,7 +290,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 		if r.NetnsInode != ino {
 			match = "DOES NOT match"
 		}
-		fmt.Printf("    Add uid=%s name=%s namespace=%s serviceAccount=%s, netns fd inode %d (%s the sandbox netns)\n",
+		story.Printf("    Add uid=%s name=%s namespace=%s serviceAccount=%s, netns fd inode %d (%s the sandbox netns)\n",
 			r.UID, r.Info.GetName(), r.Info.GetNamespace(), r.Info.GetServiceAccount(), r.NetnsInode, match)
 		if r.NetnsInode != ino || r.Info.GetServiceAccount() != serviceAccount {
 			return errors.New("ztunnel's Add does not describe the pod")
@@ -297,23 +299,23 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if adds != 1 {
 		return fmt.Errorf("ztunnel got %d Adds for the pod, want 1: %v", adds, zt.Requests())
 	}
-	fmt.Println()
-	say("Redirection in the pod's network namespace (nft list table inet meshlet, summarised):")
+	story.Println()
+	story.Say("Redirection in the pod's network namespace (nft list table inet meshlet, summarised):")
 	table, err := exec.Command("nsenter", "--net="+info.NetnsPath, "nft", "list", "table", "inet", "meshlet").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("the pod has no meshlet table: %v: %s", err, table)
 	}
-	fmt.Print(summariseTable(string(table)))
+	story.Print(summariseTable(string(table)))
 
 	// Readiness: the device is tainted while ztunnel is away.
-	fmt.Println()
-	say("Readiness: disconnecting the ztunnel stand-in…")
+	story.Println()
+	story.Say("Readiness: disconnecting the ztunnel stand-in…")
 	start = time.Now()
 	zt.Stop()
 	if _, dev, err = waitDevice(ctx, c.Client, true); err != nil {
 		return err
 	}
-	fmt.Printf("    device tainted %v later:\n", time.Since(start).Round(time.Millisecond))
+	story.Printf("    device tainted %v later:\n", time.Since(start).Round(time.Millisecond))
 	printDevice(dev)
 	late := meshPod(podName + "-v2")
 	if late, err = c.Client.CoreV1().Pods(namespace).Create(ctx, late, metav1.CreateOptions{}); err != nil {
@@ -331,7 +333,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	}); err != nil {
 		return err
 	}
-	fmt.Printf("    pod %s/%s created meanwhile: %s, PodScheduled=False %s: %q\n", namespace, late.Name, late.Status.Phase, corev1.PodReasonUnschedulable, unschedulable)
+	story.Printf("    pod %s/%s created meanwhile: %s, PodScheduled=False %s: %q\n", namespace, late.Name, late.Status.Phase, corev1.PodReasonUnschedulable, unschedulable)
 	start = time.Now()
 	if zt, err = connectZtunnel(ctx, socket); err != nil {
 		return err
@@ -339,7 +341,7 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if _, dev, err = waitDevice(ctx, c.Client, false); err != nil {
 		return err
 	}
-	fmt.Printf("    ztunnel stand-in reconnected (snapshot replayed: %d Add); device untainted %v later: taints %s\n",
+	story.Printf("    ztunnel stand-in reconnected (snapshot replayed: %d Add); device untainted %v later: taints %s\n",
 		zdstest.Count(zt.Requests(), zdstest.Add), time.Since(start).Round(time.Millisecond), taints(dev))
 	if late, err = waitPod(ctx, c.Client, late, "Running", 90*time.Second, running); err != nil {
 		return err
@@ -349,13 +351,13 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	if err := zt.WaitFor(wctx, func(rs []*zdstest.Request) bool { return hasRequest(rs, zdstest.Add, string(late.UID)) }); err != nil {
 		return fmt.Errorf("ztunnel's Add for %s: %w", late.Name, err)
 	}
-	fmt.Printf("    pod %s scheduled once the device was untainted: Running %v after ztunnel reconnected, ztunnel got its Add\n",
+	story.Printf("    pod %s scheduled once the device was untainted: Running %v after ztunnel reconnected, ztunnel got its Add\n",
 		late.Name, time.Since(start).Round(time.Millisecond))
 
 	// Deletion: the kubelet stops the pod (ztunnel gets Del) and
 	// unprepares its claim.
-	fmt.Println()
-	say("Deleting both pods…")
+	story.Println()
+	story.Say("Deleting both pods…")
 	if err := c.DeletePods(); err != nil {
 		return err
 	}
@@ -367,14 +369,14 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	}); err != nil {
 		return fmt.Errorf("ztunnel's Del for the deleted pods: %w", err)
 	}
-	fmt.Printf("    ztunnel got Del uid=%s (%s) and Del uid=%s (%s)\n", pod.UID, pod.Name, late.UID, late.Name)
+	story.Printf("    ztunnel got Del uid=%s (%s) and Del uid=%s (%s)\n", pod.UID, pod.Name, late.UID, late.Name)
 	if err := poll(ctx, 30*time.Second, "the claims unprepared", func() (bool, error) {
 		s, err := claimstore.Open(e.MeshletStateDir())
 		return err == nil && s.Len() == 0, err
 	}); err != nil {
 		return err
 	}
-	fmt.Printf("    claims unprepared: %s holds none\n", filepath.Join("<state-dir>", claimstore.FileName))
+	story.Printf("    claims unprepared: %s holds none\n", filepath.Join("<state-dir>", claimstore.FileName))
 	if err := poll(ctx, 30*time.Second, "the claim deleted", func() (bool, error) {
 		_, err := c.Client.ResourceV1().ResourceClaims(namespace).Get(ctx, claimName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -384,8 +386,8 @@ func demo(ctx context.Context, e *env.Env, root, dir, clusterBin string) (err er
 	}); err != nil {
 		return err
 	}
-	fmt.Printf("    claim %s deleted with its pod\n", claimName)
-	fmt.Println()
+	story.Printf("    claim %s deleted with its pod\n", claimName)
+	story.Println()
 	return nil
 }
 
@@ -495,7 +497,7 @@ func printDevice(d *resourceapi.Device) {
 		}
 	}
 	slices.Sort(attrs)
-	fmt.Printf("    device %s: allowMultipleAllocations=%t, attributes %s, taints %s\n",
+	story.Printf("    device %s: allowMultipleAllocations=%t, attributes %s, taints %s\n",
 		d.Name, d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations, strings.Join(attrs, " "), taints(d))
 }
 

@@ -15,10 +15,14 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
+	"github.com/meshlet/meshlet/examples/internal/narrate"
 	"github.com/meshlet/meshlet/test/env"
 )
 
-func main() { os.Exit(run()) }
+// story tells the demo's story: on the terminal, or to its test.
+var story = narrate.New("demo", os.Stdout, os.Stderr)
+
+func main() { os.Exit(run(os.Args[1:])) }
 
 // runtimes are the runtimes the demo runs: what it calls each, and the
 // variable its installer's directory comes in (make demo sets it).
@@ -28,29 +32,34 @@ var runtimes = map[env.Runtime]struct{ title, binVar string }{
 	env.CRIO:         {"CRI-O 1.34.0", "MESHLET_CRIO_BIN"},
 }
 
-func run() int {
+// run is the demo with the command line's args; it returns the exit
+// status.
+func run(args []string) int {
 	runtime := env.Containerd
-	flag.Func("runtime", "the runtime to run pods with: containerd (2.x), containerd-1.7 or crio", func(v string) error {
+	flags := flag.NewFlagSet("demo", flag.ContinueOnError)
+	flags.Func("runtime", "the runtime to run pods with: containerd (2.x), containerd-1.7 or crio", func(v string) error {
 		if _, ok := runtimes[env.Runtime(v)]; !ok {
 			return fmt.Errorf("unknown runtime %q (known: %s, %s, %s)", v, env.Containerd, env.Containerd17, env.CRIO)
 		}
 		runtime = env.Runtime(v)
 		return nil
 	})
-	flag.Parse()
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
 	rt := runtimes[runtime]
 	bin, rtBin := os.Getenv("MESHLET_E2E_BIN"), os.Getenv(rt.binVar)
 	if bin == "" || rtBin == "" || os.Geteuid() != 0 {
-		fmt.Fprintf(os.Stderr, "demo: run as root through `make demo` (DEMO_RUNTIME=%s: it installs the runtime and sets MESHLET_E2E_BIN and %s)\n", runtime, rt.binVar)
+		story.Errorf("demo: run as root through `make demo` (DEMO_RUNTIME=%s: it installs the runtime and sets MESHLET_E2E_BIN and %s)\n", runtime, rt.binVar)
 		return 2
 	}
 	dir, err := os.MkdirTemp("", "mldemo")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
+		story.Errorln(err)
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	say("Starting %s with NRI, runc and the CNI bridge plugin (private paths, own netns)…", rt.title)
+	story.Say("Starting %s with NRI, runc and the CNI bridge plugin (private paths, own netns)…", rt.title)
 	opts := env.Options{BinDir: bin, Runtime: runtime, RuntimeBinDir: rtBin, Dir: dir}
 	if runtime == env.Containerd {
 		// Fail closed while meshlet is away: only containerd 2.x has the
@@ -59,23 +68,21 @@ func run() int {
 	}
 	e, err := env.Start(opts)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
+		story.Errorln(err)
 		return 1
 	}
 	defer func() {
-		say("Cleaning up: pods removed, %s stopped, namespace deleted.", rt.title)
+		story.Say("Cleaning up: pods removed, %s stopped, namespace deleted.", rt.title)
 		if err := e.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "demo: teardown:", err)
+			story.Errorln("teardown:", err)
 		}
 	}()
 	if err := demo(e, dir); err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
+		story.Errorln(err)
 		return 1
 	}
 	return 0
 }
-
-func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
 func demo(e *env.Env, dir string) error {
 	socket := filepath.Join(dir, "ztunnel.sock")
@@ -97,7 +104,7 @@ func demo(e *env.Env, dir string) error {
 	if err := m.WaitReady(15 * time.Second); err != nil {
 		return err
 	}
-	say("meshlet is ready (NRI plugin 10-meshlet registered, ZDS socket served, ztunnel stand-in connected).")
+	story.Say("meshlet is ready (NRI plugin 10-meshlet registered, ZDS socket served, ztunnel stand-in connected).")
 
 	meshSpec := env.PodSpec{Name: "productpage", Namespace: "bookinfo", UID: "demo-uid-productpage",
 		Labels: map[string]string{"istio.io/dataplane-mode": "ambient"}}
@@ -107,12 +114,12 @@ func demo(e *env.Env, dir string) error {
 	if err != nil {
 		return err
 	}
-	say("Created pod bookinfo/productpage (istio.io/dataplane-mode=ambient) in %v.", time.Since(start).Round(time.Millisecond))
+	story.Say("Created pod bookinfo/productpage (istio.io/dataplane-mode=ambient) in %v.", time.Since(start).Round(time.Millisecond))
 	plainID, err := e.RunPod(plainSpec)
 	if err != nil {
 		return err
 	}
-	say("Created pod bookinfo/legacy (no mesh label).")
+	story.Say("Created pod bookinfo/legacy (no mesh label).")
 	meshInfo, err := e.InspectPod(meshID)
 	if err != nil {
 		return err
@@ -123,8 +130,8 @@ func demo(e *env.Env, dir string) error {
 	}
 	ino, _ := env.Inode(meshInfo.NetnsPath)
 
-	fmt.Println()
-	say("What ztunnel received (before the sandbox was reported ready):")
+	story.Println()
+	story.Say("What ztunnel received (before the sandbox was reported ready):")
 	for _, r := range zt.Requests() {
 		switch r.Kind {
 		case zdstest.Add:
@@ -132,35 +139,35 @@ func demo(e *env.Env, dir string) error {
 			if r.NetnsInode != ino {
 				match = "DOES NOT match"
 			}
-			fmt.Printf("    Add uid=%s name=%s namespace=%s serviceAccount=%s, netns fd inode %d (%s the sandbox netns)\n",
+			story.Printf("    Add uid=%s name=%s namespace=%s serviceAccount=%s, netns fd inode %d (%s the sandbox netns)\n",
 				r.UID, r.Info.GetName(), r.Info.GetNamespace(), r.Info.GetServiceAccount(), r.NetnsInode, match)
 		default:
-			fmt.Printf("    %s\n", r)
+			story.Printf("    %s\n", r)
 		}
 	}
-	fmt.Println()
-	say("Pods enrolled: productpage (IP %s). Not enrolled: legacy (IP %s) — no label.", meshInfo.IP, plainInfo.IP)
-	fmt.Println()
-	say("Redirection in productpage's network namespace (nft list table inet meshlet):")
+	story.Println()
+	story.Say("Pods enrolled: productpage (IP %s). Not enrolled: legacy (IP %s) — no label.", meshInfo.IP, plainInfo.IP)
+	story.Println()
+	story.Say("Redirection in productpage's network namespace (nft list table inet meshlet):")
 	out, _ := exec.Command("nsenter", "--net="+meshInfo.NetnsPath, "nft", "list", "table", "inet", "meshlet").CombinedOutput()
-	fmt.Print(indent(string(out)))
+	story.Print(narrate.Indent(string(out)))
 	out, _ = exec.Command("nsenter", "--net="+meshInfo.NetnsPath, "ip", "rule").CombinedOutput()
-	say("Policy routing in productpage (ip rule):")
-	fmt.Print(indent(string(out)))
+	story.Say("Policy routing in productpage (ip rule):")
+	story.Print(narrate.Indent(string(out)))
 	if err := exec.Command("nsenter", "--net="+plainInfo.NetnsPath, "nft", "list", "table", "inet", "meshlet").Run(); err != nil {
-		say("legacy's network namespace has no meshlet table: untouched.")
+		story.Say("legacy's network namespace has no meshlet table: untouched.")
 	} else {
-		say("UNEXPECTED: legacy has meshlet rules")
+		story.Say("UNEXPECTED: legacy has meshlet rules")
 	}
-	fmt.Println()
+	story.Println()
 	_, metrics, err := m.Get("http://127.0.0.1:9881/metrics")
 	if err == nil {
-		say("meshlet metrics:")
+		story.Say("meshlet metrics:")
 		for _, line := range strings.Split(metrics, "\n") {
 			if strings.HasPrefix(line, "meshlet_enrolled_pods") || strings.HasPrefix(line, "meshlet_ztunnel_connections") ||
 				strings.HasPrefix(line, "meshlet_enroll_duration_seconds_sum") || strings.HasPrefix(line, "meshlet_enroll_duration_seconds_count") ||
 				strings.HasPrefix(line, "meshlet_runtime_connected") {
-				fmt.Println("    " + line)
+				story.Println("    " + line)
 			}
 		}
 	}
@@ -172,15 +179,7 @@ func demo(e *env.Env, dir string) error {
 	if err := zt.WaitFor(ctx, func(rs []*zdstest.Request) bool { return zdstest.Count(rs, zdstest.Del) > 0 }); err != nil {
 		return err
 	}
-	fmt.Println()
-	say("Stopped productpage: ztunnel got Del uid=%s.", meshSpec.UID)
+	story.Println()
+	story.Say("Stopped productpage: ztunnel got Del uid=%s.", meshSpec.UID)
 	return nil
-}
-
-func indent(s string) string {
-	var b strings.Builder
-	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
-		b.WriteString("    " + l + "\n")
-	}
-	return b.String()
 }

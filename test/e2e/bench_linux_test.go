@@ -24,8 +24,8 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env/kubeenv"
 )
 

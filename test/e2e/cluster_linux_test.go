@@ -11,8 +11,8 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
-	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
 // TestPodsThroughKubelet: on a real single-node cluster (the runtime's

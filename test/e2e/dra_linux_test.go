@@ -21,8 +21,8 @@ import (
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
-	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
 // draNamespace holds the DRA tests' pods. It is not labelled for the mesh:

@@ -11,8 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env"
+	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
 // TestKubeletRecreatesSandbox: on a real cluster, the pause process of a

@@ -9,6 +9,7 @@
 // remounts /sys in a new mount namespace and hides the cgroup mounts runc
 // needs.
 package env
+
 //
 // The test environments are all under test/env: this package (the node: a
 // runtime and meshlet), kubeenv (etcd and kube-apiserver), clusterenv (a

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -95,6 +96,28 @@ var kubeletSysctls = []string{"vm/overcommit_memory", "kernel/panic", "kernel/pa
 // kubeletFixedDirs are paths the kubelet uses whatever its root dir.
 var kubeletFixedDirs = []string{"/var/lib/kubelet", "/var/log/containers", "/var/log/pods"}
 
+// lockMachine waits for, then holds until release, the machine's one
+// cluster: a kubelet changes machine-wide state (sysctls, the kubepods
+// cgroups, /var/lib/kubelet) that a second one would fight over, and each
+// cluster's Stop puts back. Tests of several packages (the end-to-end
+// tests, the demos') start clusters while go test runs them side by side.
+func lockMachine(logf func(string, ...any)) (release func() error, err error) {
+	name := filepath.Join(os.TempDir(), "meshlet-test-cluster.lock")
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("cluster lock: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		logf("waiting for another test's cluster on this machine to stop (%s)", name)
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cluster lock %s: %w", name, err)
+	}
+	return f.Close, nil // closing the file releases the lock
+}
+
 // Start starts the control plane, then the kubelet, and returns once the
 // node is Ready and schedulable and the default namespace's service
 // account exists. On error everything started is stopped.
@@ -107,7 +130,11 @@ func Start(opts Options) (_ *Cluster, err error) {
 			return nil, fmt.Errorf("%s missing in %q (run test/env/install-cluster.sh): %w", b, opts.BinDir, err)
 		}
 	}
-	c := &Cluster{opts: opts}
+	release, err := lockMachine(opts.Logf)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts, undo: []func() error{release}}
 	defer func() {
 		if err != nil {
 			_ = c.Stop()
