@@ -8,10 +8,9 @@
 // Processes join the namespace with nsenter --net, not ip netns exec, which
 // remounts /sys in a new mount namespace and hides the cgroup mounts runc
 // needs.
-package env
-
 //
 // The test environments are all under test/env: this package (the node: a
 // runtime and meshlet), kubeenv (etcd and kube-apiserver), clusterenv (a
 // single-node cluster on the runtime), and the install-*.sh scripts that
 // build the third-party binaries they run, cached by version.
+package env
