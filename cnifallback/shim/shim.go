@@ -47,46 +47,45 @@ func podOf(args *skel.CmdArgs) (wire.Pod, error) {
 // so the runtime retries; with the agent unreachable, every pod fails
 // unless its namespace is excluded in the plugin's configuration.
 func Add(args *skel.CmdArgs, out io.Writer) error {
-	conf, err := ParseConfig(args.StdinData)
+	conf, req, err := request(args, wire.CommandAdd)
 	if err != nil {
 		return err
 	}
-	prev, err := podNetworkResult(conf)
-	if err != nil {
-		return err
-	}
-	pod, err := podOf(args)
-	if err != nil {
-		return err
-	}
-	if pod.UID == "" {
-		// Not a Kubernetes pod (no K8S_POD_* arguments): not meshlet's.
-		return printTo(out, conf)
-	}
-	req := &wire.Request{Version: wire.Version, Command: wire.CommandAdd, ContainerID: args.ContainerID,
-		Netns: args.Netns, IfName: args.IfName, Pod: pod, IPs: addresses(prev)}
-	if err := conf.forward(req); err != nil {
-		return err
+	if req != nil {
+		if err := conf.forward(req); err != nil {
+			return err
+		}
 	}
 	return printTo(out, conf)
 }
 
 // Check asks the agent whether the pod is as it should be.
 func Check(args *skel.CmdArgs) error {
+	conf, req, err := request(args, wire.CommandCheck)
+	if err != nil || req == nil {
+		return err
+	}
+	return conf.forward(req)
+}
+
+// request reads what the runtime passed (the configuration, the previous
+// plugin's result, the pod) into the request of cmd; nil for a sandbox
+// that is not a Kubernetes pod (no K8S_POD_* arguments): not meshlet's.
+func request(args *skel.CmdArgs, cmd wire.Command) (*Config, *wire.Request, error) {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	prev, err := podNetworkResult(conf)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	pod, err := podOf(args)
 	if err != nil || pod.UID == "" {
-		return err
+		return conf, nil, err
 	}
-	return conf.forward(&wire.Request{Version: wire.Version, Command: wire.CommandCheck, ContainerID: args.ContainerID,
-		Netns: args.Netns, IfName: args.IfName, Pod: pod, IPs: addresses(prev)})
+	return conf, &wire.Request{Version: wire.Version, Command: cmd, ContainerID: args.ContainerID,
+		Netns: args.Netns, IfName: args.IfName, Pod: pod, IPs: addresses(prev)}, nil
 }
 
 // Del tells the agent the pod's network goes. It never fails: DEL must
