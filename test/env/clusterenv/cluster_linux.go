@@ -107,7 +107,8 @@ func lockMachine(logf func(string, ...any)) (release func() error, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster lock: %w", err)
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+	err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
 		logf("waiting for another test's cluster on this machine to stop (%s)", name)
 		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
 	}
