@@ -134,13 +134,12 @@ func Listen(stateDir string, h http.Handler) (*httpserve.Server, error) {
 // status), from its debug socket in stateDir (--state-dir).
 func Status(ctx context.Context, stateDir string, w io.Writer) error {
 	path := filepath.Join(stateDir, SocketName)
-	client := httpserve.UnixClient(path, 5*time.Second)
 	var pods debugPods
-	if err := getDebug(ctx, client, path, "/debug/pods", &pods); err != nil {
+	if err := getDebug(ctx, path, "/debug/pods", &pods); err != nil {
 		return err
 	}
 	var settings live.Report
-	if err := getDebug(ctx, client, path, "/debug/settings", &settings); err != nil {
+	if err := getDebug(ctx, path, "/debug/settings", &settings); err != nil {
 		return err
 	}
 	if err := printStatus(w, pods, time.Now()); err != nil {
@@ -150,20 +149,15 @@ func Status(ctx context.Context, stateDir string, w io.Writer) error {
 }
 
 // getDebug reads one of the debug socket's JSON answers into v.
-func getDebug(ctx context.Context, client *http.Client, socket, endpoint string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet"+endpoint, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
+func getDebug(ctx context.Context, socket, endpoint string, v any) error {
+	answer, err := httpserve.Get(ctx, socket, endpoint, 5*time.Second, 64<<20)
 	if err != nil {
 		return fmt.Errorf("ask the running meshlet at %s (is it running, with this --state-dir?): %w", socket, err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s", socket, endpoint, resp.Status)
+	if !answer.OK {
+		return fmt.Errorf("%s %s: %s", socket, endpoint, answer.Status)
 	}
-	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+	if err := json.Unmarshal(answer.Body, v); err != nil {
 		return fmt.Errorf("decode %s: %w", endpoint, err)
 	}
 	return nil

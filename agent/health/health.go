@@ -131,24 +131,14 @@ func Probe(ctx context.Context, socket, endpoint string, out io.Writer) error {
 		return errors.New("--health-socket (MESHLET_HEALTH_SOCKET) is not set: nothing to probe")
 	}
 	// Below the chart's probe timeout, so the kubelet records why.
-	client := httpserve.UnixClient(socket, 3*time.Second)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet/"+endpoint, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
+	answer, err := httpserve.Get(ctx, socket, "/"+endpoint, 3*time.Second, 4096)
 	if err != nil {
 		return fmt.Errorf("ask meshlet at %s: %w", socket, err)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if err != nil {
-		return fmt.Errorf("read /%s: %w", endpoint, err)
+	if !answer.OK {
+		return fmt.Errorf("/%s: %s: %s", endpoint, answer.Status, strings.TrimSpace(string(answer.Body)))
 	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/%s: %s: %s", endpoint, resp.Status, strings.TrimSpace(string(body)))
-	}
-	_, err = out.Write(body)
+	_, err = out.Write(answer.Body)
 	return err
 }
 

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"strings"
 	"testing"
 
-	"github.com/meshlet/meshlet/examples/internal/narrate"
+	"github.com/meshlet/meshlet/examples/internal/demotest"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
 
@@ -14,14 +12,7 @@ import (
 func TestDemo(t *testing.T) {
 	privtest.RequireRoot(t)
 	privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints; make test sets it")
-	var b bytes.Buffer
-	story = narrate.New("demo", &b, &b)
-	rc := run(nil)
-	t.Logf("make demo told:\n%s", b.String())
-	if rc != 0 {
-		t.Fatalf("the demo exited %d", rc)
-	}
-	for _, want := range []string{
+	demotest.Tell(t, "demo", &story, func() int { return run(nil) },
 		"meshlet is ready (NRI plugin 10-meshlet registered",
 		"Add uid=demo-uid-productpage name=productpage namespace=bookinfo",
 		"(matches the sandbox netns)",
@@ -31,12 +22,5 @@ func TestDemo(t *testing.T) {
 		"meshlet_enrolled_pods 1",
 		"Stopped productpage: ztunnel got Del uid=demo-uid-productpage.",
 		"Cleaning up",
-	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("the demo did not tell %q", want)
-		}
-	}
-	if strings.Contains(b.String(), "UNEXPECTED") {
-		t.Error("the demo saw something unexpected")
-	}
+	)
 }

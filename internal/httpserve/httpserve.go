@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -62,12 +63,35 @@ func (s *Server) StopLogged(logger klog.Logger) {
 	}
 }
 
-// UnixClient is an HTTP client whose every request goes to the Unix
-// socket at path (meshlet's local endpoints: the debug and health sockets).
-func UnixClient(path string, timeout time.Duration) *http.Client {
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+// Answer is what a local endpoint replied: its status line, and its
+// body up to the limit asked for.
+type Answer struct {
+	Status string
+	OK     bool // 200
+	Body   []byte
+}
+
+// Get asks path (e.g. /readyz) of the meshlet serving the Unix socket at
+// socket, within timeout, reading at most limit bytes of the answer. A
+// failure to connect is returned as it is: the caller says what it asked.
+func Get(ctx context.Context, socket, path string, timeout time.Duration, limit int64) (Answer, error) {
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, "unix", path)
+			return d.DialContext(ctx, "unix", socket)
 		}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://meshlet"+path, nil)
+	if err != nil {
+		return Answer{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Answer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, limit))
+	if err != nil {
+		return Answer{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	return Answer{Status: resp.Status, OK: resp.StatusCode == http.StatusOK, Body: body}, nil
 }
