@@ -155,9 +155,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if api != nil {
 		zdsCfg.Refused = api.events.ZtunnelRefused
 	}
-	server, err := zds.Listen(zdsCfg)
+	// A node served by another agent (istio-cni's, being replaced) is
+	// taken over once that agent has gone: until then this meshlet takes
+	// neither ztunnel's socket nor the runtime hook, so no pod is meshed
+	// by both.
+	server, err := zds.ListenWhenFree(root, zdsCfg, func() {
+		logger.Info("Another agent serves ztunnel's socket (istio-cni's node agent?): waiting for it to exit before taking the socket and the runtime hook", "socket", cfg.ZtunnelSocket)
+		ready.SetServing(func() error {
+			return fmt.Errorf("waiting for ztunnel's socket %s: another agent (istio-cni?) serves it", cfg.ZtunnelSocket)
+		})
+	})
 	if err != nil {
-		return err
+		return stopped(ctx, root, err)
 	}
 	lc.onStop("ztunnel server", func() { server.Close() })
 	redir, err := redirect.New(cfg.Redirect)

@@ -178,6 +178,32 @@ func Listen(cfg Config) (*Server, error) {
 		refused: map[string]refusal{}, life: life, endLife: endLife}, nil
 }
 
+// takeoverPoll is how often ListenWhenFree tries the socket again.
+const takeoverPoll = 100 * time.Millisecond
+
+// ListenWhenFree is Listen, waiting while another process serves the
+// socket: the node agent meshlet replaces (istio-cni's, whose socket path
+// is the same), which must not have its live socket unlinked. waiting is
+// called once, when the wait begins. ztunnel keeps its proxies while no
+// agent serves it and redials (backing off to 15 s), so the first
+// snapshot it gets from meshlet decides what it keeps: see Resume.
+func ListenWhenFree(ctx context.Context, cfg Config, waiting func()) (*Server, error) {
+	for waited := false; ; waited = true {
+		s, err := Listen(cfg)
+		if !errors.Is(err, unixsock.ErrInUse) {
+			return s, err
+		}
+		if !waited && waiting != nil {
+			waiting()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zds: waiting for %s to be free: %w", cfg.SocketPath, context.Cause(ctx))
+		case <-time.After(takeoverPoll):
+		}
+	}
+}
+
 // Resume tells the server what a previous agent on this node handed to
 // ztunnel, before Serve: the UIDs of the pods its checkpoint names. Each
 // is named with Keep in every snapshot until this agent adds or deletes
