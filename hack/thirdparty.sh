@@ -1,7 +1,8 @@
 # Sourced by the installers of the third-party commands the tests run
 # (test/env/install-kube.sh, test/env/install-cluster.sh, test/env/install-runtime.sh,
-# hack/install-helm.sh; and test/env/install-containerd17.sh and
-# install-crio.sh, which build in modules of their own): their versions,
+# hack/install-helm.sh; and test/env/install-containerd17.sh,
+# install-crio.sh and install-istio-cni.sh, which build in modules of
+# their own): their versions,
 # and the one Go module the first four are built in.
 #
 # Kubernetes, etcd, containerd, crictl and helm share most of their
@@ -44,6 +45,11 @@ HELM_VERSION=v3.22.0
 CONTAINERD17_VERSION=v1.7.35
 # CRI-O (test/env/install-crio.sh); the proxy serves no newer one.
 CRIO_VERSION=v1.34.0
+# Istio's node agent and CNI plugin (istio-cni), the agent meshlet takes
+# nodes over from (test/env/install-istio-cni.sh), in a module of its own:
+# the pseudo-version of istio.io/istio the proxy serves (Istio 1.31's
+# development branch; the module has no tagged releases).
+ISTIO_VERSION=v0.0.0-20260827124520-eed52ebb66ad
 
 # Absolute: builds run in the module's directory.
 THIRDPARTY_CACHE="$(realpath -m "${MESHLET_CACHE:-$HOME/.cache/meshlet}")"
