@@ -1,0 +1,126 @@
+package redirect
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// What istio-cni writes in a pod's network namespace, for a pod meshlet
+// takes over from it: with its iptables backend, the chains ISTIO_PRERT and
+// ISTIO_OUTPUT in the mangle, nat and raw tables and the rules of the
+// built-in chains that jump to them (istio.io/istio cni/pkg/iptables);
+// with its nftables backend (Istio 1.28+), tables of its own.
+var (
+	istioChains       = []string{"ISTIO_PRERT", "ISTIO_OUTPUT"}
+	istioTables       = []string{"mangle", "nat", "raw"}
+	istioNativeTables = []string{"istio-ambient-nat", "istio-ambient-mangle", "istio-ambient-raw"}
+)
+
+// RemoveIstioRules takes istio-cni's in-pod rules out of the network
+// namespace at netnsFd, in one transaction: its native nftables tables,
+// and its iptables chains as the nft variant of iptables keeps them, with
+// the rules that jump to them. Anything else stays, the other rules of the
+// same iptables tables included. It returns what it removed (nothing, for
+// a pod without them). Rules of the legacy iptables variant are not seen:
+// netlink does not show them.
+//
+// Call it once meshlet's own rules are in: between the two, the pod's
+// traffic is redirected twice to the same ports, never not at all. A
+// deletion costs the kernel an RCU grace period (milliseconds), so it does
+// not belong inside a runtime's hook.
+func RemoveIstioRules(netnsFd int) ([]string, error) {
+	c, err := nftables.New(nftables.WithNetNSFd(netnsFd), nftables.AsLasting())
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	defer c.CloseLasting()
+	tables, err := c.ListTables()
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list tables: %w", err)
+	}
+	var removed []string
+	for _, t := range tables {
+		switch {
+		case t.Family == nftables.TableFamilyINet && slices.Contains(istioNativeTables, t.Name):
+			c.DelTable(t)
+			removed = append(removed, "table inet "+t.Name)
+		case (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) && slices.Contains(istioTables, t.Name):
+			r, err := removeIstioChains(c, t)
+			if err != nil {
+				return nil, err
+			}
+			removed = append(removed, r...)
+		}
+	}
+	if len(removed) == 0 {
+		return nil, nil
+	}
+	if err := c.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables: remove istio-cni's rules (%s): %w", strings.Join(removed, ", "), err)
+	}
+	return removed, nil
+}
+
+// removeIstioChains queues, in iptables table t (as the nft variant keeps
+// it), the deletion of the rules that jump to istio-cni's chains, then of
+// those chains.
+func removeIstioChains(c *nftables.Conn, t *nftables.Table) ([]string, error) {
+	chains, err := c.ListChainsOfTableFamily(t.Family)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: list chains of %s: %w", familyName(t), err)
+	}
+	var istio, others []*nftables.Chain
+	for _, ch := range chains {
+		switch {
+		case ch.Table.Name != t.Name:
+		case slices.Contains(istioChains, ch.Name):
+			istio = append(istio, ch)
+		default:
+			others = append(others, ch)
+		}
+	}
+	if len(istio) == 0 {
+		return nil, nil
+	}
+	var removed []string
+	for _, ch := range others {
+		rules, err := c.GetRules(t, ch)
+		if err != nil {
+			return nil, fmt.Errorf("nftables: list rules of %s %s: %w", familyName(t), ch.Name, err)
+		}
+		for _, r := range rules {
+			if jumpsToIstio(r) {
+				c.DelRule(r)
+				removed = append(removed, fmt.Sprintf("%s %s: the jump to istio-cni's chain", familyName(t), ch.Name))
+			}
+		}
+	}
+	for _, ch := range istio {
+		c.FlushChain(ch)
+		c.DelChain(ch)
+		removed = append(removed, fmt.Sprintf("%s chain %s", familyName(t), ch.Name))
+	}
+	return removed, nil
+}
+
+// jumpsToIstio is whether r jumps (or goes) to one of istio-cni's chains.
+func jumpsToIstio(r *nftables.Rule) bool {
+	for _, e := range r.Exprs {
+		if v, ok := e.(*expr.Verdict); ok && (v.Kind == expr.VerdictJump || v.Kind == expr.VerdictGoto) && slices.Contains(istioChains, v.Chain) {
+			return true
+		}
+	}
+	return false
+}
+
+// familyName names an iptables table as iptables-save does ("ip nat").
+func familyName(t *nftables.Table) string {
+	if t.Family == nftables.TableFamilyIPv6 {
+		return "ip6 " + t.Name
+	}
+	return "ip " + t.Name
+}
