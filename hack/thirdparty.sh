@@ -189,3 +189,40 @@ thirdparty_own_module_locked() {
   (cd "$dir" && go mod tidy) >&2
   touch "$dir/.ready"
 }
+
+# thirdparty_own_go_install BIN MODULE@VERSION TAGS PACKAGE... [--download]
+# installs each PACKAGE of MODULE@VERSION into BIN (named after the
+# package's last path element), built static, without symbol tables or
+# DWARF, with the build tags TAGS (may be empty), in a module of its own
+# (thirdparty_own_module), once; then prints BIN. With --download last, it
+# only prepares the module (downloads), and prints nothing.
+thirdparty_own_go_install() {
+  local bin=$1 modver=$2 tags=$3
+  shift 3
+  local download=
+  if [ "${*: -1}" = --download ]; then
+    download=1
+    set -- "${@:1:$#-1}"
+  fi
+  local mod="$THIRDPARTY_CACHE/thirdparty-build/$(basename "${modver%@*}")-${modver#*@}"
+  local pkg built=1
+  for pkg in "$@"; do [ -x "$bin/${pkg##*/}" ] || built=; done
+  if [ -z "$built" ]; then
+    thirdparty_own_module "$mod" "$modver" "$@"
+    if [ -n "$download" ]; then
+      return 0
+    fi
+    thirdparty_lock
+    built=1
+    for pkg in "$@"; do [ -x "$bin/${pkg##*/}" ] || built=; done
+  fi
+  if [ -z "$built" ]; then
+    echo "thirdparty: building ${*##*/} at $modver" >&2
+    rm -rf "$bin.tmp" && mkdir -p "$bin.tmp"
+    (cd "$mod" && CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" \
+      -tags "$tags" -o "$bin.tmp/" "$@")
+    rm -rf "$bin" && mv "$bin.tmp" "$bin"
+  fi
+  [ -n "$download" ] || echo "$bin"
+}
+

@@ -10,23 +10,6 @@ set -euo pipefail
 
 # Keyed by the version and by this recipe: a change to either builds anew.
 BIN="$THIRDPARTY_CACHE/e2e-bin/containerd-$CONTAINERD17_VERSION-$(sha256sum "$0" | cut -c1-12)"
-
-built() { [ -x "$BIN/containerd" ] && [ -x "$BIN/ctr" ] && [ -x "$BIN/containerd-shim-runc-v2" ]; }
 c=github.com/containerd/containerd/cmd
-mod="$THIRDPARTY_CACHE/thirdparty-build/containerd-$CONTAINERD17_VERSION"
-if ! built; then
-  thirdparty_own_module "$mod" "github.com/containerd/containerd@$CONTAINERD17_VERSION" \
-    $c/containerd $c/ctr $c/containerd-shim-runc-v2
-  if [ "${1:-}" = --download ]; then
-    exit 0
-  fi
-  thirdparty_lock
-fi
-if ! built; then
-  echo "containerd 1.7 install: building containerd, ctr and containerd-shim-runc-v2 $CONTAINERD17_VERSION" >&2
-  rm -rf "$BIN.tmp" && mkdir -p "$BIN.tmp"
-  (cd "$mod" && CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" \
-    -o "$BIN.tmp/" $c/containerd $c/ctr $c/containerd-shim-runc-v2)
-  rm -rf "$BIN" && mv "$BIN.tmp" "$BIN"
-fi
-[ "${1:-}" = --download ] || echo "$BIN"
+thirdparty_own_go_install "$BIN" "github.com/containerd/containerd@$CONTAINERD17_VERSION" "" \
+  $c/containerd $c/ctr $c/containerd-shim-runc-v2 "$@"
