@@ -24,6 +24,7 @@ import (
 // stopping meshlet also take its state off the node, at the uninstall
 // steps (see uninstalling).
 var shutdownOrder = []string{
+	"istio-cni's plugin",
 	"pod source",
 	"retries",
 	"uninstall: pods and CNI chain",

@@ -169,6 +169,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return stopped(ctx, root, err)
 	}
 	lc.onStop("ztunnel server", func() { server.Close() })
+	lc.start("istio-cni's plugin", func(ctx context.Context) error {
+		cnifallback.IstioCNILeft(ctx, cfg.CNI)
+		<-ctx.Done()
+		return nil
+	})
 	redir, err := redirect.New(cfg.Redirect)
 	if err != nil {
 		return fmt.Errorf("redirect (%s): %w", cfg.Redirect.Backend, err)

@@ -34,6 +34,10 @@ type Config struct {
 	// forget pods whose DEL never reached the agent and to enroll pods
 	// that started while meshlet was not in the chain.
 	ResyncInterval time.Duration
+	// RemoveIstioCNI takes istio-cni's plugin out of the conflists in
+	// ConfDir once meshlet has taken the node over from istio-cni's agent
+	// (--remove-istio-cni-plugin); without it, meshlet says where it is.
+	RemoveIstioCNI bool
 }
 
 // DefaultConfig returns the defaults: the kubelet's and runtimes' usual

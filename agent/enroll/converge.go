@@ -116,7 +116,7 @@ func (c *Core) convergeIn(ctx context.Context, s *slot, h Handover, d Decision, 
 	if err := outOfTime(ctx, h); err != nil {
 		return c.fail(ctx, s, StepRedirect, err)
 	}
-	want := &Workload{Record: rec, Netns: ns}
+	want := &Workload{Record: rec, Netns: ns, Running: h == HandoverDeferred}
 	// reprogrammed: the pod's rules change while the proxy's workload
 	// stays the same. The redirector rewrites them in place (no moment
 	// without rules), and a rewrite that fails leaves the pod as it was:
@@ -187,7 +187,13 @@ func (c *Core) convergeIn(ctx context.Context, s *slot, h Handover, d Decision, 
 	inherited := s.checkpointed != nil
 	s.checkpointed = nil
 	want.Redirection = redirection
-	c.report(s, RedirectionPending)
+	if h == HandoverNow && !reprogrammed {
+		// The pod waits on the proxy's answer. A deferred handover
+		// returns at once: a running pod that reads enabled (this agent
+		// meshed it, or the one it takes over from) must not read
+		// pending to istiod on the way.
+		c.report(s, RedirectionPending)
+	}
 	if reprogrammed {
 		// The proxy has the pod in this netns: the Add is a no-op for it,
 		// and a running pod is never taken out of the mesh for its answer

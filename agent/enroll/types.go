@@ -206,6 +206,10 @@ func (r *Record) sameAddrs(o *Record) bool {
 type Workload struct {
 	Record
 	Netns Netns
+	// Running: the pod ran before this enrollment (found by a listing of
+	// the runtime's pods, or converged again), so rules of the agent that
+	// meshed it before, istio-cni, may be in its namespace.
+	Running bool
 }
 
 // State is where a pod is in its enrollment lifecycle.

@@ -20,19 +20,20 @@ var (
 	istioNativeTables = []string{"istio-ambient-nat", "istio-ambient-mangle", "istio-ambient-raw"}
 )
 
-// RemoveIstioRules takes istio-cni's in-pod rules out of the network
+// removeIstioRules takes istio-cni's in-pod rules out of the network
 // namespace at netnsFd, in one transaction: its native nftables tables,
-// and its iptables chains as the nft variant of iptables keeps them, with
-// the rules that jump to them. Anything else stays, the other rules of the
-// same iptables tables included. It returns what it removed (nothing, for
-// a pod without them). Rules of the legacy iptables variant are not seen:
-// netlink does not show them.
+// and, with chains, its iptables chains as the nft variant of iptables
+// keeps them, with the rules that jump to them (without chains: the
+// iptables backend's own rules are those chains). Anything else stays,
+// the other rules of the same iptables tables included. It returns what it
+// removed (nothing, for a pod without them). Rules of the legacy iptables
+// variant are not seen: netlink does not show them.
 //
 // Call it once meshlet's own rules are in: between the two, the pod's
 // traffic is redirected twice to the same ports, never not at all. A
 // deletion costs the kernel an RCU grace period (milliseconds), so it does
 // not belong inside a runtime's hook.
-func RemoveIstioRules(netnsFd int) ([]string, error) {
+func removeIstioRules(netnsFd int, chains bool) ([]string, error) {
 	c, err := nftables.New(nftables.WithNetNSFd(netnsFd), nftables.AsLasting())
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -48,12 +49,14 @@ func RemoveIstioRules(netnsFd int) ([]string, error) {
 		case t.Family == nftables.TableFamilyINet && slices.Contains(istioNativeTables, t.Name):
 			c.DelTable(t)
 			removed = append(removed, "table inet "+t.Name)
-		case (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) && slices.Contains(istioTables, t.Name):
+		case chains && (t.Family == nftables.TableFamilyIPv4 || t.Family == nftables.TableFamilyIPv6) && slices.Contains(istioTables, t.Name):
 			r, err := removeIstioChains(c, t)
 			if err != nil {
 				return nil, err
 			}
-			removed = append(removed, r...)
+			if r != "" {
+				removed = append(removed, r)
+			}
 		}
 	}
 	if len(removed) == 0 {
@@ -67,11 +70,11 @@ func RemoveIstioRules(netnsFd int) ([]string, error) {
 
 // removeIstioChains queues, in iptables table t (as the nft variant keeps
 // it), the deletion of the rules that jump to istio-cni's chains, then of
-// those chains.
-func removeIstioChains(c *nftables.Conn, t *nftables.Table) ([]string, error) {
+// those chains, and says what it queued ("" for nothing).
+func removeIstioChains(c *nftables.Conn, t *nftables.Table) (string, error) {
 	chains, err := c.ListChainsOfTableFamily(t.Family)
 	if err != nil {
-		return nil, fmt.Errorf("nftables: list chains of %s: %w", familyName(t), err)
+		return "", fmt.Errorf("nftables: list chains of %s: %w", familyName(t), err)
 	}
 	var istio, others []*nftables.Chain
 	for _, ch := range chains {
@@ -84,27 +87,28 @@ func removeIstioChains(c *nftables.Conn, t *nftables.Table) ([]string, error) {
 		}
 	}
 	if len(istio) == 0 {
-		return nil, nil
+		return "", nil
 	}
-	var removed []string
+	jumps := 0
 	for _, ch := range others {
 		rules, err := c.GetRules(t, ch)
 		if err != nil {
-			return nil, fmt.Errorf("nftables: list rules of %s %s: %w", familyName(t), ch.Name, err)
+			return "", fmt.Errorf("nftables: list rules of %s %s: %w", familyName(t), ch.Name, err)
 		}
 		for _, r := range rules {
 			if jumpsToIstio(r) {
 				c.DelRule(r)
-				removed = append(removed, fmt.Sprintf("%s %s: the jump to istio-cni's chain", familyName(t), ch.Name))
+				jumps++
 			}
 		}
 	}
+	names := make([]string, 0, len(istio))
 	for _, ch := range istio {
 		c.FlushChain(ch)
 		c.DelChain(ch)
-		removed = append(removed, fmt.Sprintf("%s chain %s", familyName(t), ch.Name))
+		names = append(names, ch.Name)
 	}
-	return removed, nil
+	return fmt.Sprintf("%s: chains %s and %d jumps", familyName(t), strings.Join(names, ", "), jumps), nil
 }
 
 // jumpsToIstio is whether r jumps (or goes) to one of istio-cni's chains.

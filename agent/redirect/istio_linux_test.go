@@ -8,32 +8,28 @@ import (
 	"testing"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
 )
 
-// TestRemoveIstioRules: a pod istio-cni meshed holds its iptables chains
+// TestRemovingIstioRules: a pod istio-cni meshed holds its iptables chains
 // (the nft variant: its rules are the iptables backend's, which writes
 // Istio's rules verbatim) and, from Istio's nftables backend, tables of
 // its own; beside them meshlet's table and rules of other parts of the
-// node (a bystander chain and a masquerade). RemoveIstioRules takes out
+// node (a bystander chain and a masquerade). removeIstioRules takes out
 // istio-cni's, and only them, in one go; a second call, or a pod without
 // them, finds nothing to remove and changes nothing.
-func TestRemoveIstioRules(t *testing.T) {
+func TestRemovingIstioRules(t *testing.T) {
 	h := podNetns(t)
 	fd := netnstest.Fd(t, h)
 	p, err := PlanFor([]netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}, enroll.Settings{DNSCapture: true}, true)
 	must(t, err)
-	ipt, err := newIptables(VariantNft, netnstest.Fd(t, netnstest.Open(t)))
-	must(t, err)
-	must(t, ipt.apply(context.Background(), fd, p)) // istio-cni's chains
+	istioCniRules(t, h, p)
 	for _, args := range [][]string{
 		{"iptables-nft", "-t", "nat", "-N", "KUBE-BYSTANDER"},
 		{"iptables-nft", "-t", "nat", "-A", "PREROUTING", "-j", "KUBE-BYSTANDER"},
 		{"iptables-nft", "-t", "nat", "-A", "POSTROUTING", "-j", "MASQUERADE"},
 		{"ip6tables-nft", "-t", "mangle", "-A", "OUTPUT", "-j", "MARK", "--set-mark", "7"},
-		{"nft", "add", "table", "inet", "istio-ambient-nat"},
-		{"nft", "add", "chain", "inet", "istio-ambient-nat", "prerouting", "{ type nat hook prerouting priority dstnat; }"},
-		{"nft", "add", "table", "inet", "istio-ambient-mangle"},
 	} {
 		inNetns(t, h, args[0], args[1:]...)
 	}
@@ -43,17 +39,17 @@ func TestRemoveIstioRules(t *testing.T) {
 		t.Fatalf("istio-cni's rules not in place for the test:\n%s", save)
 	}
 
-	removed, err := RemoveIstioRules(fd)
+	removed, err := removeIstioRules(fd, true)
 	must(t, err)
-	for _, want := range []string{"table inet istio-ambient-nat", "table inet istio-ambient-mangle", "ip nat chain ISTIO_PRERT",
-		"ip nat chain ISTIO_OUTPUT", "ip6 mangle chain ISTIO_PRERT", "ip raw PREROUTING: the jump to istio-cni's chain"} {
+	for _, want := range []string{"table inet istio-ambient-nat", "table inet istio-ambient-mangle",
+		"ip nat: chains ISTIO_PRERT, ISTIO_OUTPUT and 2 jumps", "ip6 mangle: chains ISTIO_PRERT, ISTIO_OUTPUT and 2 jumps"} {
 		if !slices.Contains(removed, want) {
-			t.Errorf("RemoveIstioRules reported %q, which lacks %q", removed, want)
+			t.Errorf("removeIstioRules reported %q, which lacks %q", removed, want)
 		}
 	}
 	for _, tool := range []string{"iptables-nft-save", "ip6tables-nft-save"} {
 		if save := inNetns(t, h, tool); strings.Contains(save, "ISTIO_") {
-			t.Errorf("%s after RemoveIstioRules:\n%s", tool, save)
+			t.Errorf("%s after removeIstioRules:\n%s", tool, save)
 		}
 	}
 	for _, want := range []string{":KUBE-BYSTANDER - [0:0]", "-A PREROUTING -j KUBE-BYSTANDER", "-A POSTROUTING -j MASQUERADE"} {
@@ -72,18 +68,97 @@ func TestRemoveIstioRules(t *testing.T) {
 	}
 
 	before := fullDump(t, h)
-	removed, err = RemoveIstioRules(fd)
+	removed, err = removeIstioRules(fd, true)
 	if err != nil || removed != nil {
-		t.Fatalf("second RemoveIstioRules = %q, %v; want nothing to remove", removed, err)
+		t.Fatalf("second removeIstioRules = %q, %v; want nothing to remove", removed, err)
 	}
 	if after := fullDump(t, h); after != before {
-		t.Fatalf("a RemoveIstioRules with nothing to remove changed the pod:\n%s\nwas:\n%s", after, before)
+		t.Fatalf("a removeIstioRules with nothing to remove changed the pod:\n%s\nwas:\n%s", after, before)
 	}
 	bare := podNetns(t)
-	if removed, err := RemoveIstioRules(netnstest.Fd(t, bare)); err != nil || removed != nil {
-		t.Fatalf("RemoveIstioRules on a pod without rules = %q, %v", removed, err)
+	if removed, err := removeIstioRules(netnstest.Fd(t, bare), true); err != nil || removed != nil {
+		t.Fatalf("removeIstioRules on a pod without rules = %q, %v", removed, err)
 	}
 	if tables := inNetns(t, bare, "nft", "list", "tables"); tables != "" {
-		t.Fatalf("RemoveIstioRules created tables in a bare pod:\n%s", tables)
+		t.Fatalf("removeIstioRules created tables in a bare pod:\n%s", tables)
+	}
+}
+
+// istioCniRules writes in the pod h what istio-cni would for plan p: its
+// iptables chains (nft variant), which are what meshlet's iptables backend
+// writes, and tables of its nftables backend.
+func istioCniRules(t *testing.T, h *netns.Handle, p Plan) {
+	t.Helper()
+	ipt, err := newIptables(VariantNft, netnstest.Fd(t, netnstest.Open(t)))
+	must(t, err)
+	must(t, ipt.apply(context.Background(), netnstest.Fd(t, h), p))
+	for _, args := range [][]string{
+		{"nft", "add", "table", "inet", "istio-ambient-nat"},
+		{"nft", "add", "chain", "inet", "istio-ambient-nat", "prerouting", "{ type nat hook prerouting priority dstnat; }"},
+		{"nft", "add", "table", "inet", "istio-ambient-mangle"},
+	} {
+		inNetns(t, h, args[0], args[1:]...)
+	}
+}
+
+// TestTakingOverFromIstioCni: a running pod meshlet enrolls without a
+// record of its own (w.Running) may be istio-cni's. With each backend,
+// meshlet's rules go in and then istio-cni's that are not meshlet's own go
+// out (with the nft variant of the iptables backend, Istio's chains are
+// meshlet's, rewritten in place: the jumps to them stay single). A pod
+// enrolled in a runtime's hook is not looked at; Remove with RemoveAll
+// takes istio-cni's rules out with meshlet's.
+func TestTakingOverFromIstioCni(t *testing.T) {
+	ips := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	settings := enroll.Settings{DNSCapture: true}
+	p, err := PlanFor(ips, settings, true)
+	must(t, err)
+	for _, b := range []Backend{BackendNftables, BackendIptables, backendIptablesLegacy} {
+		t.Run(string(b), func(t *testing.T) {
+			r := newBareRedirector(t, b)
+			taken := podNetns(t)
+			istioCniRules(t, taken, p)
+			w := podWorkload(taken, ips, settings)
+			w.Running = true
+			must(t, apply(r, w))
+			r.takeover.wait()
+			if tables := inNetns(t, taken, "nft", "list", "tables"); strings.Contains(tables, "istio-ambient") {
+				t.Errorf("istio-cni's tables left in a pod taken over:\n%s", tables)
+			}
+			nftSave := inNetns(t, taken, "iptables-nft-save") + inNetns(t, taken, "ip6tables-nft-save")
+			switch b {
+			case BackendIptables:
+				if n := strings.Count(nftSave, "-A PREROUTING -j ISTIO_PRERT"); n != 6 {
+					t.Errorf("%d jumps to ISTIO_PRERT, want one per table and family (6):\n%s", n, nftSave)
+				}
+			default:
+				if strings.Contains(nftSave, "ISTIO_") {
+					t.Errorf("istio-cni's chains left in a pod taken over:\n%s", nftSave)
+				}
+			}
+			if has, err := r.backend.present(netnstest.Fd(t, taken)); b == BackendNftables && (err != nil || !has) {
+				t.Errorf("meshlet's rules not in the pod taken over: %v, %v", has, err)
+			}
+			if b == backendIptablesLegacy {
+				if save := inNetns(t, taken, "iptables-legacy-save"); !strings.Contains(save, "-A PREROUTING -j ISTIO_PRERT") {
+					t.Errorf("meshlet's rules not in the pod taken over:\n%s", save)
+				}
+			}
+
+			started := podNetns(t)
+			istioCniRules(t, started, p)
+			before := fullDump(t, started)
+			must(t, apply(r, podWorkload(started, ips, settings)))
+			r.takeover.wait()
+			if got := fullDump(t, started); b == BackendNftables && !strings.Contains(got, "istio-ambient-nat") {
+				t.Errorf("a pod enrolled in a hook was looked at for istio-cni's rules:\n%s\nwas:\n%s", got, before)
+			}
+
+			must(t, r.Remove(context.Background(), podWorkload(started, ips, settings), enroll.RemoveAll))
+			after := fullDump(t, started)
+			if strings.Contains(after, "istio-ambient") || strings.Contains(after, "ISTIO_") || strings.Contains(after, TableName) {
+				t.Errorf("rules left after Remove:\n%s", after)
+			}
+		})
 	}
 }

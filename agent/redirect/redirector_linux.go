@@ -29,6 +29,7 @@ type Redirector struct {
 	backend  podBackend
 	host     hostSNAT
 	probe    *probeSNAT // host, as enrollments change it
+	takeover *takeover
 }
 
 var _ enroll.Redirector = (*Redirector)(nil)
@@ -46,6 +47,7 @@ func New(cfg Config) (*Redirector, error) {
 			return nil, err
 		}
 		r.host = h
+		r.takeover = newTakeover(true)
 	case BackendIptables:
 		ipt, err := newIptables(cfg.IptablesVariant, cfg.HostNetnsFd)
 		if err != nil {
@@ -57,6 +59,9 @@ func New(cfg Config) (*Redirector, error) {
 			return nil, err
 		}
 		r.host = h
+		// With the nft variant, istio-cni's chains are this backend's
+		// own: the apply rewrote them in place.
+		r.takeover = newTakeover(ipt.variant != VariantNft)
 	default:
 		return nil, fmt.Errorf("unknown redirect backend %q", cfg.Backend)
 	}
@@ -128,6 +133,10 @@ func (nftBackend) present(fd int) (bool, error)                  { return hasNft
 // A pod the node's settings would refuse now (only IPv6 addresses, IPv6
 // off) is refused, unless prior says its rules were programmed with IPv6
 // on: then they are kept as prior names them (see keepRefused).
+//
+// A running pod without a prior record (w.Running) may be one istio-cni
+// meshed: once meshlet's rules are in, istio-cni's are removed in the
+// background (takeover), so its traffic never bypasses ztunnel.
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
 	p, err := PlanFor(w.IPs, w.Settings, r.ipv6.Load())
 	if err != nil {
@@ -137,6 +146,10 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 	err = w.Netns.WithFd(func(fd int) error { return r.apply(ctx, fd, w.UID, w.IPs, p, r.previous(prior, account)) })
 	if err != nil {
 		return "", err
+	}
+	if w.Running && prior == nil {
+		// A running pod meshlet did not mesh may be istio-cni's.
+		r.takeover.clear(klog.FromContext(ctx), w)
 	}
 	return account, nil
 }
@@ -400,7 +413,10 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 	}
 	if scope == enroll.RemoveAll {
 		errs = append(errs, w.Netns.WithFd(func(fd int) error {
-			return errors.Join(r.backend.remove(ctx, fd), removeRouting(fd))
+			// Rules istio-cni left go too: without a proxy for the
+			// pod, they would blackhole its traffic.
+			_, istioErr := removeIstioRules(fd, r.takeover.chains)
+			return errors.Join(r.backend.remove(ctx, fd), istioErr, removeRouting(fd))
 		}))
 	}
 	return errors.Join(errs...)
@@ -414,8 +430,12 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 func (r *Redirector) RetainNodeState(keep []netip.Addr) error { return r.probe.retain(keep) }
 
 // Close releases the redirector's resources and leaves every rule in place
-// (an agent restart must not unmesh running pods).
-func (r *Redirector) Close() error { return r.host.Close() }
+// (an agent restart must not unmesh running pods). It waits for the
+// takeovers under way.
+func (r *Redirector) Close() error {
+	r.takeover.wait()
+	return r.host.Close()
+}
 
 // UninstallNode removes every node-side object meshlet created (the probe
 // SNAT table, or chain and ipsets): meshlet is being uninstalled. Pods'

@@ -255,9 +255,12 @@ func (cl *conflist) render(plugins []json.RawMessage) ([]byte, error) {
 }
 
 // split separates meshlet's entries from the other plugins.
-func (cl *conflist) split() (others, ours []json.RawMessage) {
+func (cl *conflist) split() (others, ours []json.RawMessage) { return cl.splitType(PluginType) }
+
+// splitType separates the entries of plugin type typ from the others.
+func (cl *conflist) splitType(typ string) (others, ours []json.RawMessage) {
 	for _, p := range cl.plugins {
-		if pluginType(p) == PluginType {
+		if pluginType(p) == typ {
 			ours = append(ours, p)
 		} else {
 			others = append(others, p)

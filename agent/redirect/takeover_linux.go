@@ -1,0 +1,56 @@
+package redirect
+
+import (
+	"errors"
+	"sync"
+
+	"k8s.io/klog/v2"
+
+	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/netns"
+)
+
+// takeover removes the rules istio-cni left in the pods meshlet takes over
+// from it, once meshlet's own rules are in (see removeIstioRules). It runs
+// off the caller's path: a pod is taken over while the runtime waits on a
+// listing of its pods (NRI's Synchronize has the same deadline as a hook),
+// and a deletion costs the kernel an RCU grace period per pod.
+type takeover struct {
+	// chains: istio-cni's iptables chains (nft variant) are not this
+	// redirector's own rules, and go too.
+	chains bool
+	// slots bounds the removals that run at once.
+	slots chan struct{}
+	wg    sync.WaitGroup
+}
+
+func newTakeover(chains bool) *takeover {
+	return &takeover{chains: chains, slots: make(chan struct{}, 4)}
+}
+
+// clear removes, in the background, istio-cni's rules from the running pod
+// w that was just programmed. A pod released meanwhile (its namespace
+// closed) is left as it is: its rules go with it.
+func (t *takeover) clear(logger klog.Logger, w *enroll.Workload) {
+	t.wg.Go(func() {
+		t.slots <- struct{}{}
+		defer func() { <-t.slots }()
+		var removed []string
+		err := w.Netns.WithFd(func(fd int) error {
+			var err error
+			removed, err = removeIstioRules(fd, t.chains)
+			return err
+		})
+		logger = logger.WithValues("pod", klog.KRef(w.Namespace, w.Name), "podUID", w.UID)
+		switch {
+		case errors.Is(err, netns.ErrClosed):
+		case err != nil:
+			logger.Error(err, "Removing the rules istio-cni left in a pod meshlet took over; meshlet's rules are in, so the pod stays redirected to ztunnel")
+		case len(removed) > 0:
+			logger.Info("Took a pod over from istio-cni: its rules removed, meshlet's in place", "removed", removed)
+		}
+	})
+}
+
+// wait returns once every removal started has ended.
+func (t *takeover) wait() { t.wg.Wait() }

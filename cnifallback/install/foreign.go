@@ -1,0 +1,105 @@
+package install
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/meshlet/meshlet/internal/atomicfile"
+)
+
+// IstioCNIPluginType is the type of istio-cni's plugin in a conflist. With
+// istio-cni's node agent gone, the plugin fails every pod the node starts
+// (it cannot reach the agent), so a node meshlet took over from istio-cni
+// must not keep it.
+const IstioCNIPluginType = "istio-cni"
+
+// ChainedIn returns the conflists in dir that chain a plugin of type typ.
+// Files that are not conflists the runtime would load are passed over.
+func ChainedIn(dir, typ string) ([]string, error) {
+	names, err := configNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, name := range names {
+		if _, cl, ok := readConflist(dir, name); ok {
+			if _, found := cl.splitType(typ); len(found) > 0 {
+				out = append(out, filepath.Join(dir, name))
+			}
+		}
+	}
+	return out, nil
+}
+
+// Unchain takes every plugin of type typ out of the conflists in dir, each
+// file rewritten at once (a temporary file renamed over it), and returns
+// the files it changed. A conflist with no other plugin is left as it is
+// and named in the error: without it the runtime would have no network.
+func Unchain(dir, typ string) ([]string, error) {
+	names, err := configNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	var errs []error
+	for _, name := range names {
+		data, cl, ok := readConflist(dir, name)
+		if !ok {
+			continue
+		}
+		others, found := cl.splitType(typ)
+		path := filepath.Join(dir, name)
+		switch {
+		case len(found) == 0:
+			continue
+		case len(others) == 0:
+			errs = append(errs, fmt.Errorf("%s: %s is its only plugin: left as it is", path, typ))
+			continue
+		}
+		out, err := cl.render(others)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			continue
+		}
+		info, err := os.Stat(path)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		err = atomicfile.WriteWith(dir, name, bytes.NewReader(out), info.Mode().Perm(), atomicfile.Options{
+			TempPrefix: tempPrefix,
+			BeforeRename: func() error {
+				if cur, err := os.ReadFile(path); err != nil || !bytes.Equal(cur, data) {
+					return fmt.Errorf("%s %w", name, errSourceChanged)
+				}
+				return nil
+			},
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("remove %s from %s: %w", typ, path, err))
+			continue
+		}
+		changed = append(changed, path)
+	}
+	return changed, errors.Join(errs...)
+}
+
+// readConflist reads and parses dir/name, a regular .conflist file.
+func readConflist(dir, name string) ([]byte, *conflist, bool) {
+	path := filepath.Join(dir, name)
+	if info, err := os.Lstat(path); err != nil || !info.Mode().IsRegular() || filepath.Ext(name) != ".conflist" {
+		return nil, nil, false
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, false
+	}
+	cl, err := parseConflist(data)
+	if err != nil {
+		return nil, nil, false
+	}
+	return data, cl, true
+}
