@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs every third-party binary the tests run (containerd and crictl,
 # containerd 1.7, CRI-O, etcd and the Kubernetes control plane, the
-# kubelet, the CNI plugins, helm) and prints the environment the tests find them by:
+# kubelet, the CNI plugins, helm, istio-cni) and prints the environment the tests find them by:
 #
 #   env="$(hack/install-test-bins.sh)" && eval "$env"
 #
@@ -26,6 +26,7 @@ all=(
   MESHLET_CLUSTER_BIN=test/env/install-cluster.sh
   MESHLET_CNI_PLUGINS=cnifallback/chaintest/install.sh
   MESHLET_HELM=hack/install-helm.sh
+  MESHLET_ISTIO_CNI=test/env/install-istio-cni.sh
 )
 installers=("${all[@]}")
 if (($#)); then

@@ -96,6 +96,7 @@ set -m
   (
     test/env/install-crio.sh --download &
     test/env/install-containerd17.sh --download &
+    test/env/install-istio-cni.sh --download &
     wait
   ) 2>&1 | sed -u 's|^|[runtime downloads] |' >&2
 ) &
@@ -118,7 +119,7 @@ set -m
 # One after another: they take turns on one lock (hack/thirdparty.sh)
 # anyway, and this is the order the tests need them in.
 (
-  install MESHLET_KUBE_BIN MESHLET_CLUSTER_BIN MESHLET_HELM MESHLET_CNI_PLUGINS
+  install MESHLET_KUBE_BIN MESHLET_CLUSTER_BIN MESHLET_HELM MESHLET_CNI_PLUGINS MESHLET_ISTIO_CNI
   install MESHLET_CRIO_BIN
   install MESHLET_CONTAINERD17_BIN
 ) &

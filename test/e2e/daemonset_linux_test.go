@@ -34,6 +34,7 @@ type release struct {
 	helm       string
 	kubeconfig string
 	values     string
+	dir        string // the release's files on the node
 	zt         string // ztunnel's socket on the node
 	stateDir   string
 }
@@ -104,23 +105,38 @@ func moduleRoot(t testing.TB) string {
 // runtime and kubelet live under temp dirs, not at the defaults).
 func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[string]any) *release {
 	t.Helper()
+	r := newRelease(t, c)
+	r.install(tag, config)
+	return r
+}
+
+// newRelease picks the node's paths for a release of meshlet not yet
+// installed: ztunnel's socket (which another node agent may serve
+// first), the state directory.
+func newRelease(t testing.TB, c *clusterenv.Cluster) *release {
+	t.Helper()
 	helmDir := privtest.RequireEnv(t, "MESHLET_HELM", "the directory hack/install-helm.sh prints (`make test` sets it)")
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := theEnv(t)
 	dir, err := os.MkdirTemp("", "mlds") // short: socket paths
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	return &release{t: t, c: c, helm: filepath.Join(helmDir, "helm"), kubeconfig: kubeconfig, dir: dir,
+		zt: filepath.Join(dir, "ztunnel", "ztunnel.sock"), stateDir: filepath.Join(dir, "state")}
+}
+
+// install installs the chart at image tag with config's flags.
+func (r *release) install(tag string, config map[string]any) {
+	t, e, dir := r.t, theEnv(r.t), r.dir
+	t.Helper()
 	netnsDir, err := e.NetnsDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &release{t: t, c: c, helm: filepath.Join(helmDir, "helm"), kubeconfig: kubeconfig,
-		zt: filepath.Join(dir, "ztunnel", "ztunnel.sock"), stateDir: filepath.Join(dir, "state")}
 	cfg := map[string]any{"v": 2, "mode": "nri"}
 	for k, v := range config {
 		cfg[k] = v
@@ -129,7 +145,7 @@ func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[
 		"image": map[string]any{"repository": "localhost/meshlet/meshlet", "tag": tag, "pullPolicy": "Never"},
 		"paths": map[string]any{
 			"nriSocket": e.NRISocket, "criSocket": e.CRISocket, "cniConfDir": e.CNIConfDir(), "cniBinDir": e.CNIBinDir(),
-			"kubeletDir": c.KubeletRootDir(), "ztunnelSocket": r.zt, "cniSocket": filepath.Join(dir, "cni", "cni.sock"),
+			"kubeletDir": r.c.KubeletRootDir(), "ztunnelSocket": r.zt, "cniSocket": filepath.Join(dir, "cni", "cni.sock"),
 			"netnsDir": netnsDir, "stateDir": r.stateDir, "xtablesLock": filepath.Join(dir, "xtables.lock"),
 			"cdiSpecDir": e.CDISpecDir(), "gateHookDir": e.GateHookDir(), "gateSocket": filepath.Join(dir, "gate", "gate.sock"),
 		},
@@ -156,7 +172,6 @@ func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[
 			_, _ = r.helmCmd("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
 		}
 	})
-	return r
 }
 
 // waitRolledOut waits until the DaemonSet's pod on the node runs image tag
