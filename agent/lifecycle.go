@@ -25,6 +25,7 @@ import (
 // steps (see uninstalling).
 var shutdownOrder = []string{
 	"istio-cni's plugin",
+	"standby hook",
 	"pod source",
 	"retries",
 	"uninstall: pods and CNI chain",

@@ -23,6 +23,7 @@ import (
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/cnifallback"
+	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
@@ -159,11 +160,26 @@ func Run(ctx context.Context, cfg Config) error {
 	// taken over once that agent has gone: until then this meshlet takes
 	// neither ztunnel's socket nor the runtime hook, so no pod is meshed
 	// by both.
+	tookOver := make(chan struct{})
 	server, err := zds.ListenWhenFree(root, zdsCfg, func() {
 		logger.Info("Another agent serves ztunnel's socket (istio-cni's node agent?): waiting for it to exit before taking the socket and the runtime hook", "socket", cfg.ZtunnelSocket)
 		ready.SetServing(func() error {
 			return fmt.Errorf("waiting for ztunnel's socket %s: another agent (istio-cni?) serves it", cfg.ZtunnelSocket)
 		})
+		if cfg.Mode != ModeCNI {
+			lc.start("standby hook", func(ctx context.Context) error {
+				if api != nil {
+					// The hook decides as meshlet's own does: with the
+					// namespaces' labels. Started again later, they run on.
+					api.watcher.Start(root)
+					if err := api.watcher.WaitForSync(ctx); err != nil {
+						return nil
+					}
+				}
+				runStandby(ctx, cfg, resolver, decide, tookOver)
+				return nil
+			})
+		}
 	})
 	if err != nil {
 		return stopped(ctx, root, err)
@@ -206,6 +222,14 @@ func Run(ctx context.Context, cfg Config) error {
 	// them or finds them gone, and the snapshot waits for the runtime's
 	// listing (bounded).
 	server.Resume(state.UIDs(checkpointed), core.Listed())
+	go func() {
+		// The standby hook gives way once meshlet's own has the pods.
+		select {
+		case <-core.Listed():
+		case <-root.Done():
+		}
+		close(tookOver)
+	}()
 	cniExcluded := cnifallback.NewExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
 	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6Followers: []ipv6Follower{redir},
 		cniExcluded: cniExcluded}
@@ -357,4 +381,28 @@ func stopped(ctx, root context.Context, err error) error {
 		return context.Cause(root)
 	}
 	return err
+}
+
+// runStandby serves the standby hook (nriplugin.Standby) while this
+// meshlet waits to take the node over from istio-cni, until tookOver is
+// closed (meshlet's own hook has listed the pods), then waits for ctx.
+func runStandby(ctx context.Context, cfg Config, resolver enroll.PodInfoResolver, decide enroll.Policy, tookOver <-chan struct{}) {
+	standby := nriplugin.NewStandby(cfg.NRI, nriplugin.StandbyChecks{Resolver: resolver, Policy: decide,
+		OtherAgentChained: func() (bool, error) {
+			files, err := install.ChainedIn(cfg.CNI.ConfDir, install.IstioCNIPluginType)
+			return len(files) > 0, err
+		},
+		MeshedByOtherAgent: redirect.HasIstioRules,
+	})
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-tookOver:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	_ = standby.Run(sctx)
+	<-ctx.Done()
 }

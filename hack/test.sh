@@ -10,7 +10,8 @@
 #      which phase 1's go test would otherwise do alone.
 #   1. The end-to-end tests that need containerd alone run
 #      (RUNTIME_TESTS) while, at a lower priority, the control plane, the
-#      kubelet, helm and the upstream CNI plugins build beside them, then
+#      kubelet, helm, the upstream CNI plugins and istio-cni build beside
+#      them, then
 #      CRI-O and containerd 1.7, whose modules download meanwhile. Those
 #      tests spend most of their time waiting on the runtime; the builds
 #      take what they leave (on 2 cores, about 50 CPU-minutes from an

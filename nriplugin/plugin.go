@@ -100,33 +100,40 @@ func (p *Plugin) Connected() bool { return p.connected.Load() }
 // Run connects to the runtime and serves until ctx ends, reconnecting
 // whenever the runtime goes away.
 func (p *Plugin) Run(ctx context.Context) error {
+	return reconnect(ctx, p.cfg, p, func() { p.setConnected(false) })
+}
+
+// reconnect registers plugin with the runtime and serves it until ctx
+// ends, connecting again, with backoff, whenever the runtime goes away;
+// down runs each time a connection ends.
+func reconnect(ctx context.Context, cfg Config, plugin any, down func()) error {
 	logger := klog.FromContext(ctx).WithName("nri")
-	backoff := p.cfg.MinBackoff
+	backoff := cfg.MinBackoff
 	for {
 		start := time.Now()
-		err := p.runOnce(klog.NewContext(ctx, logger))
-		p.setConnected(false)
+		err := runOnce(klog.NewContext(ctx, logger), cfg, plugin)
+		down()
 		if ctx.Err() != nil {
 			return nil
 		}
-		if time.Since(start) >= p.cfg.StablePeriod {
-			backoff = p.cfg.MinBackoff
+		if time.Since(start) >= cfg.StablePeriod {
+			backoff = cfg.MinBackoff
 		}
-		logger.Info("Runtime connection lost, reconnecting", "err", err, "backoff", backoff)
+		logger.Info("Runtime connection lost, reconnecting", "plugin", cfg.Name, "err", err, "backoff", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, p.cfg.MaxBackoff)
+		backoff = min(2*backoff, cfg.MaxBackoff)
 	}
 }
 
-func (p *Plugin) runOnce(ctx context.Context) error {
-	s, err := stub.New(p,
-		stub.WithPluginName(p.cfg.Name),
-		stub.WithPluginIdx(p.cfg.Index),
-		stub.WithSocketPath(p.cfg.SocketPath),
+func runOnce(ctx context.Context, cfg Config, plugin any) error {
+	s, err := stub.New(plugin,
+		stub.WithPluginName(cfg.Name),
+		stub.WithPluginIdx(cfg.Index),
+		stub.WithSocketPath(cfg.SocketPath),
 		// Runtimes with NRI ≥ 0.12.5 fail the request instead of running
 		// the pod unmeshed if meshlet times out or is gone; older ones
 		// ignore it (see deploy/ for the runtime-side guarantee).

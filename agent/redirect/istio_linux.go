@@ -2,6 +2,7 @@ package redirect
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -127,4 +128,33 @@ func familyName(t *nftables.Table) string {
 		return "ip6 " + t.Name
 	}
 	return "ip " + t.Name
+}
+
+// HasIstioRules reports whether the network namespace at netnsPath holds
+// in-pod rules of istio-cni's: its iptables chain ISTIO_PRERT as the nft
+// variant keeps it, or its native nftables tables. It reads only: it is
+// cheap enough for a runtime's hook (one listing of tables and chains).
+// Rules of the legacy iptables variant are not seen.
+func HasIstioRules(netnsPath string) (bool, error) {
+	f, err := os.Open(netnsPath)
+	if err != nil {
+		return false, fmt.Errorf("open the pod's network namespace: %w", err)
+	}
+	defer f.Close()
+	c, err := nftables.New(nftables.WithNetNSFd(int(f.Fd())))
+	if err != nil {
+		return false, fmt.Errorf("nftables: %w", err)
+	}
+	chains, err := c.ListChains()
+	if err != nil {
+		return false, fmt.Errorf("nftables: list chains: %w", err)
+	}
+	for _, ch := range chains {
+		switch {
+		case ch.Table.Family == nftables.TableFamilyINet && slices.Contains(istioNativeTables, ch.Table.Name),
+			(ch.Table.Family == nftables.TableFamilyIPv4 || ch.Table.Family == nftables.TableFamilyIPv6) && ch.Table.Name == "nat" && ch.Name == chainPrert:
+			return true, nil
+		}
+	}
+	return false, nil
 }

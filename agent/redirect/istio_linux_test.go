@@ -2,7 +2,9 @@ package redirect
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -39,8 +41,15 @@ func TestRemovingIstioRules(t *testing.T) {
 		t.Fatalf("istio-cni's rules not in place for the test:\n%s", save)
 	}
 
+	path := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), fd)
+	if has, err := HasIstioRules(path); err != nil || !has {
+		t.Fatalf("HasIstioRules of a pod istio-cni meshed = %v, %v", has, err)
+	}
 	removed, err := removeIstioRules(fd, true)
 	must(t, err)
+	if has, err := HasIstioRules(path); err != nil || has {
+		t.Fatalf("HasIstioRules after their removal = %v, %v", has, err)
+	}
 	for _, want := range []string{"table inet istio-ambient-nat", "table inet istio-ambient-mangle",
 		"ip nat: chains ISTIO_PRERT, ISTIO_OUTPUT and 2 jumps", "ip6 mangle: chains ISTIO_PRERT, ISTIO_OUTPUT and 2 jumps"} {
 		if !slices.Contains(removed, want) {
@@ -158,6 +167,34 @@ func TestTakingOverFromIstioCni(t *testing.T) {
 			after := fullDump(t, started)
 			if strings.Contains(after, "istio-ambient") || strings.Contains(after, "ISTIO_") || strings.Contains(after, TableName) {
 				t.Errorf("rules left after Remove:\n%s", after)
+			}
+		})
+	}
+}
+
+// TestSwitchingBackends: a running pod a previous meshlet programmed with
+// one backend, adopted by a meshlet with the other (its checkpointed
+// record names the first), ends with the new backend's rules only: the
+// new ones go in, then the old ones out.
+func TestSwitchingBackends(t *testing.T) {
+	ips := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	for _, tc := range []struct{ from, to Backend }{{BackendNftables, BackendIptables}, {BackendIptables, BackendNftables}} {
+		t.Run(string(tc.from)+"-to-"+string(tc.to), func(t *testing.T) {
+			h := podNetns(t)
+			w := podWorkload(h, ips, enroll.Settings{DNSCapture: true})
+			account, err := newBareRedirector(t, tc.from).Apply(context.Background(), w, nil)
+			must(t, err)
+			prior := w.Record
+			prior.Redirection = account
+			r := newBareRedirector(t, tc.to)
+			w.Running = true
+			_, err = r.Apply(context.Background(), w, &prior)
+			must(t, err)
+			r.takeover.wait()
+			dump := fullDump(t, h)
+			hasNft, hasIpt := strings.Contains(dump, "table inet "+TableName), strings.Contains(dump, "-A PREROUTING -j ISTIO_PRERT")
+			if hasNft != (tc.to == BackendNftables) || hasIpt != (tc.to == BackendIptables) {
+				t.Fatalf("after the switch to %s: nftables table %v, iptables chains %v:\n%s", tc.to, hasNft, hasIpt, dump)
 			}
 		})
 	}

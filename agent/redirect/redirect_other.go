@@ -47,3 +47,6 @@ func (*Redirector) RetainNodeState([]netip.Addr) error { return errUnsupported }
 
 // UninstallNode is only implemented on Linux.
 func (*Redirector) UninstallNode() error { return errUnsupported }
+
+// HasIstioRules is only implemented on Linux.
+func HasIstioRules(string) (bool, error) { return false, errUnsupported }

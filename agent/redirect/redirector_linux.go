@@ -47,7 +47,7 @@ func New(cfg Config) (*Redirector, error) {
 			return nil, err
 		}
 		r.host = h
-		r.takeover = newTakeover(true)
+		r.takeover = newTakeover(true, false)
 	case BackendIptables:
 		ipt, err := newIptables(cfg.IptablesVariant, cfg.HostNetnsFd)
 		if err != nil {
@@ -61,7 +61,7 @@ func New(cfg Config) (*Redirector, error) {
 		r.host = h
 		// With the nft variant, istio-cni's chains are this backend's
 		// own: the apply rewrote them in place.
-		r.takeover = newTakeover(ipt.variant != VariantNft)
+		r.takeover = newTakeover(ipt.variant != VariantNft, true)
 	default:
 		return nil, fmt.Errorf("unknown redirect backend %q", cfg.Backend)
 	}
@@ -136,7 +136,9 @@ func (nftBackend) present(fd int) (bool, error)                  { return hasNft
 //
 // A running pod without a prior record (w.Running) may be one istio-cni
 // meshed: once meshlet's rules are in, istio-cni's are removed in the
-// background (takeover), so its traffic never bypasses ztunnel.
+// background (takeover), so its traffic never bypasses ztunnel. So are
+// the rules of a prior record of the other backend (--redirect-backend
+// changed): each pod moves to the new backend without a moment unmeshed.
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
 	p, err := PlanFor(w.IPs, w.Settings, r.ipv6.Load())
 	if err != nil {
@@ -147,8 +149,10 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 	if err != nil {
 		return "", err
 	}
-	if w.Running && prior == nil {
-		// A running pod meshlet did not mesh may be istio-cni's.
+	if w.Running && (prior == nil || r.otherBackend(prior.Redirection)) {
+		// A running pod meshlet did not mesh may be istio-cni's; one a
+		// previous meshlet programmed with its other backend has that
+		// backend's rules.
 		r.takeover.clear(klog.FromContext(ctx), w)
 	}
 	return account, nil
@@ -214,6 +218,14 @@ func (r *Redirector) planOf(account string) (Plan, bool) {
 		}
 	}
 	return Plan{}, false
+}
+
+// otherBackend reports whether account (a record's Redirection) names a
+// backend other than this redirector's.
+func (r *Redirector) otherBackend(account string) bool {
+	head, _, _ := strings.Cut(account, " ")
+	backend, _, _ := strings.Cut(head, "/")
+	return Backend(backend) != r.backendName()
 }
 
 // samePlan reports whether account (a record's Redirection, of any rules
@@ -416,7 +428,11 @@ func (r *Redirector) Remove(ctx context.Context, w *enroll.Workload, scope enrol
 			// Rules istio-cni left go too: without a proxy for the
 			// pod, they would blackhole its traffic.
 			_, istioErr := removeIstioRules(fd, r.takeover.chains)
-			return errors.Join(r.backend.remove(ctx, fd), istioErr, removeRouting(fd))
+			var nftErr error
+			if r.takeover.nftables {
+				nftErr = removeNftables(fd) // a previous meshlet's other backend
+			}
+			return errors.Join(r.backend.remove(ctx, fd), istioErr, nftErr, removeRouting(fd))
 		}))
 	}
 	return errors.Join(errs...)

@@ -19,26 +19,34 @@ type takeover struct {
 	// chains: istio-cni's iptables chains (nft variant) are not this
 	// redirector's own rules, and go too.
 	chains bool
+	// nftables: meshlet's nftables table is not this redirector's own
+	// (the iptables backend), and goes too: a pod a previous meshlet
+	// programmed with the nftables backend.
+	nftables bool
 	// slots bounds the removals that run at once.
 	slots chan struct{}
 	wg    sync.WaitGroup
 }
 
-func newTakeover(chains bool) *takeover {
-	return &takeover{chains: chains, slots: make(chan struct{}, 4)}
+func newTakeover(chains, nftables bool) *takeover {
+	return &takeover{chains: chains, nftables: nftables, slots: make(chan struct{}, 4)}
 }
 
 // clear removes, in the background, istio-cni's rules from the running pod
-// w that was just programmed. A pod released meanwhile (its namespace
+// w that was just programmed, and the rules of meshlet's other backend. A pod released meanwhile (its namespace
 // closed) is left as it is: its rules go with it.
 func (t *takeover) clear(logger klog.Logger, w *enroll.Workload) {
 	t.wg.Go(func() {
 		t.slots <- struct{}{}
 		defer func() { <-t.slots }()
 		var removed []string
+		var nftErr error
 		err := w.Netns.WithFd(func(fd int) error {
 			var err error
 			removed, err = removeIstioRules(fd, t.chains)
+			if t.nftables {
+				nftErr = removeNftables(fd)
+			}
 			return err
 		})
 		logger = logger.WithValues("pod", klog.KRef(w.Namespace, w.Name), "podUID", w.UID)
@@ -48,6 +56,9 @@ func (t *takeover) clear(logger klog.Logger, w *enroll.Workload) {
 			logger.Error(err, "Removing the rules istio-cni left in a pod meshlet took over; meshlet's rules are in, so the pod stays redirected to ztunnel")
 		case len(removed) > 0:
 			logger.Info("Took a pod over from istio-cni: its rules removed, meshlet's in place", "removed", removed)
+		}
+		if nftErr != nil {
+			logger.Error(nftErr, "Removing the nftables rules of a previous meshlet's backend; this meshlet's rules are in, so the pod stays redirected to ztunnel")
 		}
 	})
 }

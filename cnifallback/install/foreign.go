@@ -17,9 +17,13 @@ import (
 const IstioCNIPluginType = "istio-cni"
 
 // ChainedIn returns the conflists in dir that chain a plugin of type typ.
-// Files that are not conflists the runtime would load are passed over.
+// Files that are not conflists the runtime would load are passed over, and
+// a directory that does not exist has none.
 func ChainedIn(dir, typ string) ([]string, error) {
 	names, err := configNames(dir)
+	if errors.Is(err, errNoConfDir) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/test/env"
 	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env/kubeenv"
@@ -174,12 +176,20 @@ func (ic *istioCNI) stop() {
 	}
 	// nsenter and unshare exec: the process is the agent itself.
 	_ = ic.cmd.Process.Signal(syscall.SIGTERM)
+	_ = ic.cmd.Process.Signal(syscall.SIGCONT) // if frozen
 	select {
 	case err := <-ic.done:
 		ic.done <- err
 	case <-time.After(60 * time.Second):
 		_ = ic.cmd.Process.Kill()
 		ic.t.Errorf("istio-cni did not exit within 60 s of SIGTERM")
+	}
+}
+
+// signal sends the agent sig.
+func (ic *istioCNI) signal(sig syscall.Signal) {
+	if err := ic.cmd.Process.Signal(sig); err != nil {
+		ic.t.Fatal(err)
 	}
 }
 
@@ -264,7 +274,11 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 		}
 		uids = append(uids, string(m.pod.UID))
 	}
-	statuses := watchRedirectionStatus(t, c, ns)
+	var names []string
+	for _, m := range pods {
+		names = append(names, m.pod.Name)
+	}
+	statuses := watchRedirectionStatus(t, c, ns, names...)
 
 	// The cut-over: meshlet installed as a user would, then istio-cni
 	// uninstalled from the node.
@@ -280,6 +294,51 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	if p := meshletPod(t, c); podReady(p) {
 		t.Fatalf("meshlet is Ready while istio-cni serves the node")
 	}
+	// Mesh pods keep coming through the cut-over, every 50 ms from before
+	// istio-cni leaves until meshlet serves the node. They tolerate the
+	// runtime's requirement of meshlet, as on a node without it: what
+	// keeps one created between istio-cni's plugin leaving the chain and
+	// meshlet's hook from running unmeshed is meshlet's standby hook.
+	var during []*corev1.Pod
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for i := 0; i < 40; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			p := basePod(fmt.Sprintf("during-%d", i))
+			p.Namespace = ns
+			p.Annotations = map[string]string{tolerateMissingMeshlet: "true"}
+			during = append(during, createPod(t, c, p))
+		}
+	}()
+	time.Sleep(2 * time.Second) // some of them meshed by istio-cni
+	// The window, held open: istio-cni frozen as it would be between
+	// taking its plugin out of the chain and closing ztunnel's socket
+	// (whose connections its kernel socket still queues, so meshlet still
+	// waits). A mesh pod started then is meshed by no one: meshlet's
+	// standby hook refuses its sandbox, and the kubelet's next attempt
+	// finds meshlet serving the node.
+	ic.signal(syscall.SIGSTOP)
+	if _, err := install.Unchain(theEnv(t).CNIConfDir(), install.IstioCNIPluginType); err != nil {
+		t.Fatal(err)
+	}
+	inWindow := basePod("in-the-window")
+	inWindow.Namespace = ns
+	inWindow.Annotations = map[string]string{tolerateMissingMeshlet: "true"}
+	inWindow = createPod(t, c, inWindow)
+	waitForfWithin(t, time.Minute, func() (bool, string) {
+		log := podLog(t, meshletPod(t, c), "meshlet")
+		for _, line := range strings.Split(log, "\n") {
+			if strings.Contains(line, "Refused a mesh pod's sandbox while waiting to take the node over") && strings.Contains(line, `pod="`+ns+"/"+inWindow.Name+`"`) {
+				return true, ""
+			}
+		}
+		return false, tail(log, 5)
+	}, func() string { return "meshlet's standby hook refusing the sandbox of a pod no agent meshed" })
 	start := time.Now()
 	ic.stop()
 	istioGone := time.Since(start)
@@ -287,6 +346,8 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	handedOver := time.Since(start)
 	served := r.waitRolledOut("e2e-istio")
 	ready := time.Since(start)
+	close(stop)
+	<-stopped
 
 	if !ic.logged("shutting down normally") {
 		t.Errorf("istio-cni did not take its node state off the node (its uninstall)")
@@ -330,6 +391,27 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	if log := podLog(t, served, "meshlet"); strings.Count(log, "Took a pod over from istio-cni") != len(pods) {
 		t.Errorf("meshlet's log says it took %d pods over from istio-cni, want %d:\n%s", strings.Count(log, "Took a pod over from istio-cni"), len(pods), log)
 	}
+	// Each pod created during the cut-over runs, meshed by one agent
+	// before its app started, and ends enrolled by meshlet; ztunnel never
+	// restarted its proxy.
+	byIstioCNI, refused := 0, strings.Count(podLog(t, served, "meshlet"), "Refused a mesh pod's sandbox while waiting")
+	for _, p := range append(during, inWindow) {
+		waitPod(t, c, p, "Running", running)
+		checkEnrolled(t, byMeshlet, p, true)
+		if added, started := zt.firstAdd(string(p.UID)), appStarted(t, p); added.IsZero() || !added.Before(started) {
+			t.Errorf("pod %s, created during the cut-over: app container started at %s, ztunnel's first Add at %s: it ran unmeshed",
+				p.Name, started.Format(time.RFC3339Nano), added.Format(time.RFC3339Nano))
+		}
+		if len(byIstio.adds(string(p.UID))) > 0 {
+			byIstioCNI++
+		}
+		uids = append(uids, string(p.UID))
+	}
+	if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
+		t.Errorf("the cut-over disrupted pods created during it:\n%s", strings.Join(d, "\n"))
+	}
+	t.Logf("%d pods created during the cut-over: %d meshed by istio-cni and taken over, %d by meshlet; %d sandboxes refused by meshlet's standby hook",
+		len(during), byIstioCNI, len(during)-byIstioCNI, refused)
 	if seen := statuses(); len(seen) > 0 {
 		t.Errorf("a pod's redirection status left enabled during the cut-over: %q", seen)
 	}
@@ -379,10 +461,10 @@ func meshletPod(t testing.TB, c *clusterenv.Cluster) *corev1.Pod {
 	return &pods.Items[len(pods.Items)-1]
 }
 
-// watchRedirectionStatus watches the pods of namespace ns from now on; the
-// func it returns stops and names every change of a pod's
+// watchRedirectionStatus watches the named pods of namespace ns from now
+// on; the func it returns stops and names every change of one's
 // ambient.istio.io/redirection to something other than enabled.
-func watchRedirectionStatus(t testing.TB, c *clusterenv.Cluster, ns string) func() []string {
+func watchRedirectionStatus(t testing.TB, c *clusterenv.Cluster, ns string, names ...string) func() []string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
 	w, err := c.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
@@ -394,7 +476,7 @@ func watchRedirectionStatus(t testing.TB, c *clusterenv.Cluster, ns string) func
 	go func() {
 		defer close(done)
 		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Modified {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Modified && slices.Contains(names, p.Name) {
 				if v := p.Annotations["ambient.istio.io/redirection"]; v != "enabled" {
 					seen = append(seen, p.Name+"="+v)
 				}
