@@ -388,9 +388,6 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 			t.Errorf("pod %s: inbound captured = %v, want %v (its annotation):\n%s", m.pod.Name, got, m.inbound, rules)
 		}
 	}
-	if log := podLog(t, served, "meshlet"); strings.Count(log, "Took a pod over from istio-cni") != len(pods) {
-		t.Errorf("meshlet's log says it took %d pods over from istio-cni, want %d:\n%s", strings.Count(log, "Took a pod over from istio-cni"), len(pods), log)
-	}
 	// Each pod created during the cut-over runs, meshed by one agent
 	// before its app started, and ends enrolled by meshlet; ztunnel never
 	// restarted its proxy.
@@ -410,6 +407,9 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
 		t.Errorf("the cut-over disrupted pods created during it:\n%s", strings.Join(d, "\n"))
 	}
+	if log, want := podLog(t, served, "meshlet"), len(pods)+byIstioCNI; strings.Count(log, "Took a pod over from istio-cni") != want {
+		t.Errorf("meshlet's log says it took %d pods over from istio-cni, want %d:\n%s", strings.Count(log, "Took a pod over from istio-cni"), want, log)
+	}
 	t.Logf("%d pods created during the cut-over: %d meshed by istio-cni and taken over, %d by meshlet; %d sandboxes refused by meshlet's standby hook",
 		len(during), byIstioCNI, len(during)-byIstioCNI, refused)
 	if seen := statuses(); len(seen) > 0 {
@@ -425,6 +425,53 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	}
 	t.Logf("cut-over of a node with %d pods: istio-cni exited %v after SIGTERM, ztunnel had meshlet's snapshot after %v, meshlet's pod Ready after %v; disruptions at ztunnel: %d",
 		len(pods), istioGone.Round(time.Millisecond), handedOver.Round(time.Millisecond), ready.Round(time.Millisecond), len(zt.ztunnel().Disruptions(uids...)))
+	uids = append(uids, string(after.UID))
+
+	// And back: meshlet uninstalled, istio-cni installed again. meshlet's
+	// uninstall leaves the pods' rules and status; istio-cni takes the
+	// pods annotated enabled as its own and hands each to ztunnel in the
+	// netns ztunnel serves it in.
+	statuses = watchRedirectionStatus(t, c, ns, names...)
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+	waitFor(t, "meshlet's pod gone", func() bool { return meshletPod(t, c) == nil })
+	back := time.Now()
+	startIstioCNI(t, c, r.zt)
+	byIstioAgain := zt.current()
+	handedBack := time.Since(back)
+	meshPods := append(append(append([]*corev1.Pod{}, during...), inWindow, after), func() []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, m := range pods {
+			out = append(out, m.pod)
+		}
+		return out
+	}()...)
+	for _, p := range meshPods {
+		_, netns := podSandbox(t, p)
+		if adds := byIstioAgain.adds(string(p.UID)); len(adds) != 1 || adds[0].NetnsInode != inode(t, netns) {
+			t.Errorf("istio-cni, installed again, handed pod %s to ztunnel as %v, want one Add in its netns", p.Name, adds)
+		}
+	}
+	if d := zt.ztunnel().Disruptions(uids...); len(d) > 0 {
+		t.Errorf("the way back to istio-cni disrupted pods at ztunnel:\n%s", strings.Join(d, "\n"))
+	}
+	if v := zt.ztunnel().Violations(); len(v) > 0 {
+		t.Errorf("an agent broke ztunnel's protocol on the way back: %q", v)
+	}
+	if seen := statuses(); len(seen) > 0 {
+		t.Errorf("a pod's redirection status left enabled on the way back: %q", seen)
+	}
+	again := basePod("back-to-istio-cni")
+	again.Namespace = ns
+	again.Annotations = map[string]string{tolerateMissingMeshlet: "true"}
+	again = createPod(t, c, again)
+	waitPod(t, c, again, "Running, annotated ambient.istio.io/redirection=enabled", func(p *corev1.Pod) bool {
+		return running(p) && p.Annotations["ambient.istio.io/redirection"] == "enabled"
+	})
+	if adds := byIstioAgain.adds(string(again.UID)); len(adds) != 1 {
+		t.Errorf("a new pod after the way back: %v, want one Add from istio-cni", adds)
+	}
+	t.Logf("back to istio-cni: ztunnel had its snapshot %v after it started; disruptions at ztunnel: %d",
+		handedBack.Round(time.Millisecond), len(zt.ztunnel().Disruptions(uids...)))
 }
 
 // podSandbox is the pod's ready sandbox and its netns path.
