@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -111,6 +112,20 @@ func startClusterWith(t testing.TB, opts clusterenv.Options) *clusterenv.Cluster
 func waitPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, cond func(*corev1.Pod) bool) {
 	t.Helper()
 	waitPodFor(t, c, p, what, 60*time.Second, cond)
+}
+
+// podSandbox is the pod's ready sandbox and its netns path.
+func podSandbox(t testing.TB, p *corev1.Pod) (id, netns string) {
+	t.Helper()
+	out, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
+	if id = strings.TrimSpace(out); err != nil || id == "" || strings.Contains(id, "\n") {
+		t.Fatalf("sandbox of pod %s: %q %v", p.Name, out, err)
+	}
+	info, err := theEnv(t).InspectPod(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id, info.NetnsPath
 }
 
 // waitPodFor is waitPod with a deadline of its own.

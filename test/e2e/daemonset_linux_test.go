@@ -546,13 +546,6 @@ func containerStarted(t testing.TB, id string) time.Time {
 // hasPodRules is whether the pod's sandbox netns holds meshlet's table.
 func hasPodRules(t *testing.T, p *corev1.Pod) bool {
 	t.Helper()
-	id, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
-	if err != nil || strings.TrimSpace(id) == "" {
-		t.Fatalf("sandbox of pod %s: %q %v", p.Name, id, err)
-	}
-	info, err := theEnv(t).InspectPod(strings.TrimSpace(id))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return hasRules(t, info.NetnsPath)
+	_, netns := podSandbox(t, p)
+	return hasRules(t, netns)
 }

@@ -392,19 +392,12 @@ func claimOf(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod) string {
 func checkEnrolled(t testing.TB, m *mesh, p *corev1.Pod, dns bool) {
 	t.Helper()
 	m.waitFor("the pod's Add", func([]*zdstest.Request) bool { return len(m.adds(string(p.UID))) > 0 })
-	id, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
-	if err != nil || strings.TrimSpace(id) == "" {
-		t.Fatalf("sandbox of pod %s: %q %v", p.Name, id, err)
-	}
-	info, err := theEnv(t).InspectPod(strings.TrimSpace(id))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, netns := podSandbox(t, p)
 	adds := m.adds(string(p.UID))
-	if len(adds) != 1 || adds[0].NetnsInode != inode(t, info.NetnsPath) {
+	if len(adds) != 1 || adds[0].NetnsInode != inode(t, netns) {
 		t.Fatalf("ztunnel got %v for pod %s, want one Add with its netns", adds, p.Name)
 	}
-	rules, err := exec.Command("nsenter", "--net="+info.NetnsPath, "nft", "list", "table", "inet", "meshlet").CombinedOutput()
+	rules, err := exec.Command("nsenter", "--net="+netns, "nft", "list", "table", "inet", "meshlet").CombinedOutput()
 	if err != nil {
 		t.Fatalf("pod %s has no meshlet table: %v\n%s", p.Name, err, rules)
 	}

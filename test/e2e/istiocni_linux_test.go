@@ -474,20 +474,6 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 		handedBack.Round(time.Millisecond), len(zt.ztunnel().Disruptions(uids...)))
 }
 
-// podSandbox is the pod's ready sandbox and its netns path.
-func podSandbox(t testing.TB, p *corev1.Pod) (id, netns string) {
-	t.Helper()
-	out, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
-	if id = strings.TrimSpace(out); err != nil || id == "" || strings.Contains(id, "\n") {
-		t.Fatalf("sandbox of pod %s: %q %v", p.Name, out, err)
-	}
-	info, err := theEnv(t).InspectPod(id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id, info.NetnsPath
-}
-
 // nsExec runs a command in the network namespace at path.
 func nsExec(t testing.TB, path, name string, args ...string) string {
 	t.Helper()
