@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -166,14 +167,20 @@ func Run(ctx context.Context, cfg Config) error {
 		ready.SetServing(func() error {
 			return fmt.Errorf("waiting for ztunnel's socket %s: another agent (istio-cni?) serves it", cfg.ZtunnelSocket)
 		})
-		if cfg.Mode != ModeCNI {
+		if standbyMode(cfg) {
 			lc.start("standby hook", func(ctx context.Context) error {
 				if api != nil {
-					// The hook decides as meshlet's own does: with the
-					// namespaces' labels. Started again later, they run on.
-					api.watcher.Start(root)
-					if err := api.watcher.WaitForSync(ctx); err != nil {
-						return nil
+					// The hook decides as meshlet's own does, with the
+					// namespaces' labels: the informers start now, and
+					// run on until the API watchers stop.
+					informers, stop := context.WithCancel(context.WithoutCancel(root))
+					lc.onStop("API watchers", stop)
+					api.watcher.Start(informers)
+					synced, cancel := context.WithTimeout(ctx, syncWait)
+					err := api.watcher.WaitForSync(synced)
+					cancel()
+					if err != nil {
+						logger.Info("Standby hook: the informers have not synced; pods the API server has not shown are decided from their sandbox's labels", "err", err)
 					}
 				}
 				runStandby(ctx, cfg, resolver, decide, tookOver)
@@ -383,6 +390,19 @@ func stopped(ctx, root context.Context, err error) error {
 	return err
 }
 
+// standbyMode reports whether a meshlet waiting to take the node over
+// serves the standby hook: where it would serve the node through NRI.
+func standbyMode(cfg Config) bool {
+	switch cfg.Mode {
+	case ModeNRI:
+		return true
+	case ModeAuto:
+		_, err := os.Stat(cfg.NRI.SocketPath)
+		return err == nil
+	}
+	return false
+}
+
 // runStandby serves the standby hook (nriplugin.Standby) while this
 // meshlet waits to take the node over from istio-cni, until tookOver is
 // closed (meshlet's own hook has listed the pods), then waits for ctx.
@@ -393,6 +413,7 @@ func runStandby(ctx context.Context, cfg Config, resolver enroll.PodInfoResolver
 			return len(files) > 0, err
 		},
 		MeshedByOtherAgent: redirect.HasIstioRules,
+		TookOver:           tookOver,
 	})
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -403,6 +424,10 @@ func runStandby(ctx context.Context, cfg Config, resolver enroll.PodInfoResolver
 		}
 		cancel()
 	}()
-	_ = standby.Run(sctx)
+	select {
+	case <-tookOver: // already: nothing to stand by for
+	default:
+		_ = standby.Run(sctx)
+	}
 	<-ctx.Done()
 }

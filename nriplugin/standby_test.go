@@ -24,7 +24,8 @@ func TestStandbyRefusesOnlyPodsMeshedByNoOne(t *testing.T) {
 	var chained, meshed bool
 	var chainErr, rulesErr error
 	var looked []string
-	s := NewStandby(DefaultConfig(), StandbyChecks{Resolver: enroll.StandaloneResolver{}, Policy: labelPolicy{},
+	tookOver := make(chan struct{})
+	s := NewStandby(DefaultConfig(), StandbyChecks{Resolver: enroll.StandaloneResolver{}, Policy: labelPolicy{}, TookOver: tookOver,
 		OtherAgentChained: func() (bool, error) { return chained, chainErr },
 		MeshedByOtherAgent: func(path string) (bool, error) {
 			looked = append(looked, path)
@@ -71,6 +72,12 @@ func TestStandbyRefusesOnlyPodsMeshedByNoOne(t *testing.T) {
 				t.Errorf("%s: looked for the other agent's rules in %s, a pod outside the mesh", tc.name, path)
 			}
 		}
+	}
+	// Once meshlet's own hook has the pods, every pod passes.
+	chained, meshed = false, false
+	close(tookOver)
+	if err := s.RunPodSandbox(ctx, mesh); err != nil {
+		t.Errorf("a mesh pod refused after meshlet took the node over: %v", err)
 	}
 	if updates, err := s.Synchronize(ctx, nil, nil); updates != nil || err != nil {
 		t.Errorf("Synchronize = %v, %v; want nothing", updates, err)

@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // What istio-cni writes in a pod's network namespace, for a pod meshlet
@@ -16,8 +18,8 @@ import (
 // built-in chains that jump to them (istio.io/istio cni/pkg/iptables);
 // with its nftables backend (Istio 1.28+), tables of its own.
 var (
-	istioChains       = []string{"ISTIO_PRERT", "ISTIO_OUTPUT"}
-	istioTables       = []string{"mangle", "nat", "raw"}
+	istioChains       = []string{chainPrert, chainOutput}
+	istioTables       = tableOrder
 	istioNativeTables = []string{"istio-ambient-nat", "istio-ambient-mangle", "istio-ambient-raw"}
 )
 
@@ -64,6 +66,11 @@ func removeIstioRules(netnsFd int, chains bool) ([]string, error) {
 		return nil, nil
 	}
 	if err := c.Flush(); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			// Removed meanwhile (a concurrent Remove of the pod's rules):
+			// the transaction changed nothing, and nothing is left to do.
+			return nil, nil
+		}
 		return nil, fmt.Errorf("nftables: remove istio-cni's rules (%s): %w", strings.Join(removed, ", "), err)
 	}
 	return removed, nil

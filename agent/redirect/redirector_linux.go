@@ -134,11 +134,11 @@ func (nftBackend) present(fd int) (bool, error)                  { return hasNft
 // off) is refused, unless prior says its rules were programmed with IPv6
 // on: then they are kept as prior names them (see keepRefused).
 //
-// A running pod without a prior record (w.Running) may be one istio-cni
-// meshed: once meshlet's rules are in, istio-cni's are removed in the
-// background (takeover), so its traffic never bypasses ztunnel. So are
-// the rules of a prior record of the other backend (--redirect-backend
-// changed): each pod moves to the new backend without a moment unmeshed.
+// A running pod (w.Running) may be one istio-cni meshed: once meshlet's
+// rules are in, istio-cni's are removed in the background (takeover), so
+// its traffic never bypasses ztunnel. So are meshlet's rules of its other
+// backend (--redirect-backend changed): each pod moves to the new backend
+// without a moment unmeshed.
 func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enroll.Record) (string, error) {
 	p, err := PlanFor(w.IPs, w.Settings, r.ipv6.Load())
 	if err != nil {
@@ -149,10 +149,12 @@ func (r *Redirector) Apply(ctx context.Context, w *enroll.Workload, prior *enrol
 	if err != nil {
 		return "", err
 	}
-	if w.Running && (prior == nil || r.otherBackend(prior.Redirection)) {
+	if w.Running {
 		// A running pod meshlet did not mesh may be istio-cni's; one a
 		// previous meshlet programmed with its other backend has that
-		// backend's rules.
+		// backend's rules; one a previous meshlet adopted may have been
+		// left before its removal ran. Where there is nothing to
+		// remove, the removal only reads.
 		r.takeover.clear(klog.FromContext(ctx), w)
 	}
 	return account, nil
@@ -220,20 +222,19 @@ func (r *Redirector) planOf(account string) (Plan, bool) {
 	return Plan{}, false
 }
 
-// otherBackend reports whether account (a record's Redirection) names a
-// backend other than this redirector's.
-func (r *Redirector) otherBackend(account string) bool {
-	head, _, _ := strings.Cut(account, " ")
-	backend, _, _ := strings.Cut(head, "/")
-	return Backend(backend) != r.backendName()
-}
-
 // samePlan reports whether account (a record's Redirection, of any rules
 // version) is this redirector's backend with plan p.
 func (r *Redirector) samePlan(account string, p Plan) bool {
+	backend, plan, ok := parseAccount(account)
+	return ok && backend == r.backendName() && plan == p.String()
+}
+
+// parseAccount splits an account ("nftables/v1 ipv4 dns-capture") into
+// its backend and its plan.
+func parseAccount(account string) (backend Backend, plan string, ok bool) {
 	head, plan, ok := strings.Cut(account, " ")
-	backend, _, _ := strings.Cut(head, "/")
-	return ok && Backend(backend) == r.backendName() && plan == p.String()
+	b, _, _ := strings.Cut(head, "/")
+	return Backend(b), plan, ok
 }
 
 // Account is what Apply would return for a pod with rec's addresses and

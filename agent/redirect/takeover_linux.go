@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
@@ -33,32 +35,39 @@ func newTakeover(chains, nftables bool) *takeover {
 }
 
 // clear removes, in the background, istio-cni's rules from the running pod
-// w that was just programmed, and the rules of meshlet's other backend. A pod released meanwhile (its namespace
-// closed) is left as it is: its rules go with it.
+// w that was just programmed, and the rules of meshlet's other backend. It
+// holds a descriptor of the pod's namespace of its own: the core may close
+// w's (a re-program replaces it) while the namespace lives on.
 func (t *takeover) clear(logger klog.Logger, w *enroll.Workload) {
+	logger = logger.WithValues("pod", klog.KRef(w.Namespace, w.Name), "podUID", w.UID)
+	var fd int
+	err := w.Netns.WithFd(func(nsFd int) error {
+		var err error
+		fd, err = unix.FcntlInt(uintptr(nsFd), unix.F_DUPFD_CLOEXEC, 0)
+		return err
+	})
+	if err != nil {
+		if !errors.Is(err, netns.ErrClosed) {
+			logger.Error(err, "Looking for rules istio-cni left in a pod meshlet took over")
+		}
+		return
+	}
 	t.wg.Go(func() {
+		defer unix.Close(fd)
 		t.slots <- struct{}{}
 		defer func() { <-t.slots }()
-		var removed []string
-		var nftErr error
-		err := w.Netns.WithFd(func(fd int) error {
-			var err error
-			removed, err = removeIstioRules(fd, t.chains)
-			if t.nftables {
-				nftErr = removeNftables(fd)
-			}
-			return err
-		})
-		logger = logger.WithValues("pod", klog.KRef(w.Namespace, w.Name), "podUID", w.UID)
+		removed, err := removeIstioRules(fd, t.chains)
 		switch {
-		case errors.Is(err, netns.ErrClosed):
 		case err != nil:
 			logger.Error(err, "Removing the rules istio-cni left in a pod meshlet took over; meshlet's rules are in, so the pod stays redirected to ztunnel")
 		case len(removed) > 0:
 			logger.Info("Took a pod over from istio-cni: its rules removed, meshlet's in place", "removed", removed)
 		}
-		if nftErr != nil {
-			logger.Error(nftErr, "Removing the nftables rules of a previous meshlet's backend; this meshlet's rules are in, so the pod stays redirected to ztunnel")
+		if !t.nftables {
+			return
+		}
+		if err := removeNftables(fd); err != nil {
+			logger.Error(err, "Removing the nftables rules of a previous meshlet's backend; this meshlet's rules are in, so the pod stays redirected to ztunnel")
 		}
 	})
 }

@@ -35,6 +35,13 @@ type writeFunc func(dir, name string, r io.Reader, perm os.FileMode, opts atomic
 // src (what data was derived from) has changed by the time the new file
 // is ready.
 func (in *Installer) writeConfig(name string, data []byte, perm fs.FileMode, src *confFile) error {
+	return writeDerived(in.write, in.cfg.ConfDir, name, data, perm, src)
+}
+
+// writeDerived atomically writes data as dir/name with mode perm, with
+// write, unless src (what data was derived from) has changed by the time
+// the new file is ready.
+func writeDerived(write writeFunc, dir, name string, data []byte, perm fs.FileMode, src *confFile) error {
 	opts := atomicfile.Options{TempPrefix: tempPrefix}
 	if src != nil {
 		opts.BeforeRename = func() error {
@@ -45,8 +52,8 @@ func (in *Installer) writeConfig(name string, data []byte, perm fs.FileMode, src
 			return nil
 		}
 	}
-	if err := in.write(in.cfg.ConfDir, name, bytes.NewReader(data), perm.Perm(), opts); err != nil {
-		return fmt.Errorf("CNI config %s: %w", filepath.Join(in.cfg.ConfDir, name), err)
+	if err := write(dir, name, bytes.NewReader(data), perm.Perm(), opts); err != nil {
+		return fmt.Errorf("CNI config %s: %w", filepath.Join(dir, name), err)
 	}
 	return nil
 }

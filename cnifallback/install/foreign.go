@@ -1,10 +1,8 @@
 package install
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/meshlet/meshlet/internal/atomicfile"
@@ -50,60 +48,41 @@ func Unchain(dir, typ string) ([]string, error) {
 	var changed []string
 	var errs []error
 	for _, name := range names {
-		data, cl, ok := readConflist(dir, name)
+		f, cl, ok := readConflist(dir, name)
 		if !ok {
 			continue
 		}
 		others, found := cl.splitType(typ)
-		path := filepath.Join(dir, name)
 		switch {
 		case len(found) == 0:
 			continue
 		case len(others) == 0:
-			errs = append(errs, fmt.Errorf("%s: %s is its only plugin: left as it is", path, typ))
+			errs = append(errs, fmt.Errorf("%s: %s is its only plugin: left as it is", f.path, typ))
 			continue
 		}
 		out, err := cl.render(others)
+		if err == nil {
+			err = writeDerived(atomicfile.WriteWith, dir, name, out, f.info.Mode(), f)
+		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			errs = append(errs, fmt.Errorf("remove %s from %s: %w", typ, f.path, err))
 			continue
 		}
-		info, err := os.Stat(path)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		err = atomicfile.WriteWith(dir, name, bytes.NewReader(out), info.Mode().Perm(), atomicfile.Options{
-			TempPrefix: tempPrefix,
-			BeforeRename: func() error {
-				if cur, err := os.ReadFile(path); err != nil || !bytes.Equal(cur, data) {
-					return fmt.Errorf("%s %w", name, errSourceChanged)
-				}
-				return nil
-			},
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("remove %s from %s: %w", typ, path, err))
-			continue
-		}
-		changed = append(changed, path)
+		changed = append(changed, f.path)
 	}
 	return changed, errors.Join(errs...)
 }
 
-// readConflist reads and parses dir/name, a regular .conflist file.
-func readConflist(dir, name string) ([]byte, *conflist, bool) {
-	path := filepath.Join(dir, name)
-	if info, err := os.Lstat(path); err != nil || !info.Mode().IsRegular() || filepath.Ext(name) != ".conflist" {
+// readConflist reads and parses dir/name, a regular .conflist file the
+// runtime would load.
+func readConflist(dir, name string) (*confFile, *conflist, bool) {
+	f, err := loadConfig(dir, name)
+	if err != nil || !f.isList() || !f.info.Mode().IsRegular() {
 		return nil, nil, false
 	}
-	data, err := os.ReadFile(path)
+	cl, err := parseConflist(f.data)
 	if err != nil {
 		return nil, nil, false
 	}
-	cl, err := parseConflist(data)
-	if err != nil {
-		return nil, nil, false
-	}
-	return data, cl, true
+	return f, cl, true
 }

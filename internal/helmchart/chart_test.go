@@ -337,6 +337,7 @@ var configSamples = map[string]struct {
 	"iptables-variant":        {"legacy", "legacy"},
 	"standalone":              {true, "true"},
 	"unmesh-on-uninstall":     {true, "true"},
+	"remove-istio-cni-plugin": {true, "true"},
 	"kubeconfig":              {"/etc/meshlet/kubeconfig", "/etc/meshlet/kubeconfig"},
 	"excluded-namespaces":     {[]string{"kube-system", "istio-system"}, "kube-system,istio-system"},
 	"denied-runtime-handlers": {"runsc, kata", "runsc,kata"},
