@@ -12,7 +12,7 @@ import (
 // istioCNIGrace is how long after taking a node over meshlet looks for
 // istio-cni's plugin: istio-cni's agent, uninstalled from the node,
 // removes its plugin as it exits, about when it frees ztunnel's socket.
-const istioCNIGrace = 5 * time.Second
+var istioCNIGrace = 5 * time.Second
 
 // IstioCNILeft runs once meshlet has taken the node over from istio-cni's
 // node agent: after a grace for that agent's own clean-up, it reports
@@ -37,11 +37,27 @@ func IstioCNILeft(ctx context.Context, cfg Config) {
 			"files", found)
 		return
 	}
-	removed, err := install.Unchain(cfg.ConfDir, install.IstioCNIPluginType)
-	if len(removed) > 0 {
-		logger.Info("Removed istio-cni's plugin from the CNI configuration (--remove-istio-cni-plugin); its binary and kubeconfig stay", "files", removed)
-	}
-	if err != nil {
-		logger.Error(err, "Removing istio-cni's plugin from the CNI configuration")
+	// A conflist rewritten meanwhile (by the primary CNI) is read again,
+	// a few times.
+	for attempt := 1; ; attempt++ {
+		removed, err := install.Unchain(cfg.ConfDir, install.IstioCNIPluginType)
+		if len(removed) > 0 {
+			logger.Info("Removed istio-cni's plugin from the CNI configuration (--remove-istio-cni-plugin); its binary and kubeconfig stay", "files", removed)
+		}
+		if err == nil {
+			return
+		}
+		if attempt == istioCNIAttempts {
+			logger.Error(err, "Removing istio-cni's plugin from the CNI configuration", "attempts", attempt)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
 	}
 }
+
+// istioCNIAttempts bounds the attempts at removing istio-cni's plugin.
+const istioCNIAttempts = 3

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/meshlet/meshlet/cnifallback/install"
+	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/env"
 	"github.com/meshlet/meshlet/test/env/clusterenv"
 	"github.com/meshlet/meshlet/test/env/kubeenv"
@@ -72,14 +73,16 @@ mount --bind "$TEST_SA_DIR" /run/secrets/kubernetes.io/serviceaccount
 exec "$ISTIO_BIN/install-cni" --log_output_level=default:info --ctrlz_port=0
 `
 
+// requireIstioCNI is the directory of istio-cni's binaries.
+func requireIstioCNI(t testing.TB) string {
+	return privtest.RequireEnv(t, "MESHLET_ISTIO_CNI", "the directory test/env/install-istio-cni.sh prints (`make test` sets it)")
+}
+
 // startIstioCNI starts istio-cni's agent serving ztunnel at ztunnelSocket,
 // and waits until its plugin is in the runtime's chain and it is ready.
-func startIstioCNI(t testing.TB, c *clusterenv.Cluster, ztunnelSocket string) *istioCNI {
+// bin is test/env/install-istio-cni.sh's directory (requireIstioCNI).
+func startIstioCNI(t testing.TB, c *clusterenv.Cluster, bin, ztunnelSocket string) *istioCNI {
 	t.Helper()
-	bin := os.Getenv("MESHLET_ISTIO_CNI")
-	if bin == "" {
-		t.Fatal("MESHLET_ISTIO_CNI unset: the directory test/env/install-istio-cni.sh prints (`make test` sets it)")
-	}
 	e := theEnv(t)
 	dir, err := os.MkdirTemp("", "mlic")
 	if err != nil {
@@ -215,6 +218,7 @@ func tail(s string, n int) string {
 // never leaves enabled, meshlet's rules with the pod's settings replace
 // istio-cni's, and new pods go through meshlet.
 func TestTakeOverFromIstioCni(t *testing.T) {
+	istioBin := requireIstioCNI(t)
 	c := startCluster(t, nil)
 	buildImage(t, "e2e-istio")
 	ctx := t.Context()
@@ -228,7 +232,7 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	})
 	r := newRelease(t, c)
 	zt := followZtunnel(t, r.zt)
-	ic := startIstioCNI(t, c, r.zt)
+	ic := startIstioCNI(t, c, istioBin, r.zt)
 
 	// istio-cni meshes the pods (the runtime refuses containers while
 	// meshlet is absent, so they tolerate it: on a node without meshlet's
@@ -435,7 +439,7 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
 	waitFor(t, "meshlet's pod gone", func() bool { return meshletPod(t, c) == nil })
 	back := time.Now()
-	startIstioCNI(t, c, r.zt)
+	startIstioCNI(t, c, istioBin, r.zt)
 	byIstioAgain := zt.current()
 	handedBack := time.Since(back)
 	meshPods := append(append(append([]*corev1.Pod{}, during...), inWindow, after), func() []*corev1.Pod {
