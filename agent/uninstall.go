@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -60,8 +61,8 @@ type uninstallParts struct {
 
 // onUninstall adds the uninstall steps to the shutdown: whether this
 // meshlet's DaemonSet is deleted is asked once, when the pod source has
-// stopped; if so, the pods leave the mesh (--unmesh-on-uninstall) and
-// meshlet-cni the CNI chain, then once the DRA plugin has stopped its
+// stopped; if so, the pods leave the mesh (--unmesh-on-uninstall) or are
+// left with Istio's own rules (handBack), and meshlet-cni the CNI chain, then once the DRA plugin has stopped its
 // ResourceSlices go, and once the ZDS server has stopped the node-side
 // rules, the state files and the container gate.
 func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients, ds *kube.DaemonSetWatch, parts uninstallParts) {
@@ -69,10 +70,13 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 	uninstall := false
 	lc.onStop("uninstall: pods and CNI chain", func() {
 		uninstall = uninstalling(ctx, cfg, api, ds)
-		if uninstall && cfg.UnmeshOnUninstall {
+		switch {
+		case uninstall && cfg.UnmeshOnUninstall:
 			if err := parts.core.UnmeshAll(context.WithoutCancel(ctx)); err != nil {
 				logger.Error(err, "Taking pods out of the mesh before uninstalling")
 			}
+		case uninstall:
+			handBack(context.WithoutCancel(ctx), parts)
 		}
 		switch {
 		case uninstall:
@@ -103,9 +107,26 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 	})
 }
 
+// handBack leaves each running mesh pod with Istio's own in-pod rules in
+// place of meshlet's (redirect.HandBack): the node agent installed next,
+// istio-cni or a meshlet, adopts rules it knows whole, and ztunnel keeps
+// proxying meanwhile.
+func handBack(ctx context.Context, parts uninstallParts) {
+	logger := klog.FromContext(ctx)
+	var n atomic.Int64
+	err := parts.core.EachEnrolled(ctx, func(ctx context.Context, w *enroll.Workload) error {
+		n.Add(1)
+		return parts.redir.HandBack(ctx, w)
+	})
+	if err != nil {
+		logger.Error(err, "Leaving pods with Istio's in-pod rules; those named keep meshlet's, which redirect them to ztunnel alike")
+	}
+	logger.Info("Left the running mesh pods with Istio's own in-pod rules, for the node agent installed next", "pods", n.Load())
+}
+
 // removeNodeState removes the node-side rules (probe SNAT) and the state
-// files. Pods' own rules stay until they stop, unless --unmesh-on-uninstall
-// released them first. The node lock file stays: it is held until exit.
+// files. Pods keep their redirection (Istio's rules, handBack) until they
+// stop, unless --unmesh-on-uninstall released them first. The node lock file stays: it is held until exit.
 func removeNodeState(logger klog.Logger, stateDir string, redir *redirect.Redirector) {
 	if err := redir.UninstallNode(); err != nil {
 		logger.Error(err, "Removing meshlet's node-side rules")

@@ -283,6 +283,21 @@ func (c *Core) UnmeshAll(ctx context.Context) error {
 	})
 }
 
+// EachEnrolled calls fn on every enrolled pod, in parallel, each with its
+// enrollment held still (no other operation on the pod runs meanwhile): a
+// stopping agent rewrites what it leaves in the pods. fn must not keep w.
+func (c *Core) EachEnrolled(ctx context.Context, fn func(ctx context.Context, w *Workload) error) error {
+	return c.eachPod(ctx, func(s *slot) error {
+		if s.enrolled == nil {
+			return nil
+		}
+		if err := fn(ctx, s.enrolled); err != nil {
+			return fmt.Errorf("pod %s: %w", s.enrolled.UID, err)
+		}
+		return nil
+	})
+}
+
 // Reevaluate re-decides every running pod the core knows (policy inputs
 // such as namespace labels changed): pods that now qualify are enrolled,
 // pods that no longer do are released with their in-pod rules removed.

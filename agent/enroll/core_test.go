@@ -747,6 +747,43 @@ func TestUnmeshAll(t *testing.T) {
 	}
 }
 
+// TestEachEnrolled: fn sees every enrolled pod once, not a skipped one;
+// its errors come back naming the pod, and the pods stay enrolled.
+func TestEachEnrolled(t *testing.T) {
+	h := newHarness(t)
+	for i, uid := range []string{"a", "b"} {
+		if _, err := h.core.Enroll(ctx, h.pod(uid, uint64(i+1), meshOn)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := h.core.Enroll(ctx, h.pod("plain", 3, nil)); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	err := h.core.EachEnrolled(ctx, func(_ context.Context, w *Workload) error {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s inode=%d", w.UID, w.NetnsInode))
+		mu.Unlock()
+		if w.UID == "b" {
+			return errors.New("boom")
+		}
+		return nil
+	})
+	slices.Sort(seen)
+	if want := []string{"a inode=1", "b inode=2"}; !slices.Equal(seen, want) {
+		t.Fatalf("EachEnrolled saw %q, want %q", seen, want)
+	}
+	if err == nil || !strings.Contains(err.Error(), "pod b: boom") {
+		t.Fatalf("EachEnrolled = %v, want the error naming pod b", err)
+	}
+	for _, uid := range []string{"a", "b"} {
+		if st, _ := h.core.Status(uid); st.State != StateEnrolled {
+			t.Fatalf("pod %s: state %v after EachEnrolled, want enrolled", uid, st.State)
+		}
+	}
+}
+
 // TestEnrollReadsIPsTheSourceDidNotGive: a pod whose source gave no IPs
 // (containerd 1.7's NRI events carry none) is enrolled with the addresses
 // its namespace holds, read once while the namespace stays the same.

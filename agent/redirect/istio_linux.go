@@ -1,6 +1,7 @@
 package redirect
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/agent/enroll"
 )
 
 // What istio-cni writes in a pod's network namespace, for a pod meshlet
@@ -164,4 +167,39 @@ func HasIstioRules(netnsPath string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// HandBack rewrites the rules of the enrolled pod w as Istio's own, for a
+// pod meshlet leaves running when it is uninstalled: istio-cni's rules
+// (its iptables chains, nft variant, which the iptables backend writes
+// verbatim) go in, then meshlet's nftables table goes, so the pod is
+// never unredirected, and istio-cni, or a later meshlet, adopts rules it
+// knows whole. With the iptables backend (nft variant) the pod's rules
+// are Istio's already. It needs iptables-nft-restore (in meshlet's
+// image); without it, the error says so and the pod keeps meshlet's rules.
+func (r *Redirector) HandBack(ctx context.Context, w *enroll.Workload) error {
+	own, iptablesBackend := r.backend.(*iptablesBackend)
+	if iptablesBackend && own.variant == VariantNft {
+		return nil // Istio's rules already
+	}
+	p, ok := r.planOf(w.Redirection)
+	if !ok {
+		var err error
+		if p, err = PlanFor(w.IPs, w.Settings, r.ipv6.Load()); err != nil {
+			return err
+		}
+	}
+	ipt, err := newIptables(VariantNft, r.cfg.HostNetnsFd)
+	if err != nil {
+		return fmt.Errorf("write Istio's rules: %w", err)
+	}
+	return w.Netns.WithFd(func(fd int) error {
+		if err := ipt.apply(ctx, fd, p); err != nil {
+			return fmt.Errorf("write Istio's rules: %w", err)
+		}
+		if iptablesBackend {
+			return own.remove(ctx, fd) // the legacy variant's chains
+		}
+		return removeNftables(fd)
+	})
 }

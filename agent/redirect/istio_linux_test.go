@@ -199,3 +199,46 @@ func TestSwitchingBackends(t *testing.T) {
 		})
 	}
 }
+
+// TestHandBack: a pod meshlet leaves running on uninstall ends with
+// exactly the rules istio-cni writes (those of the iptables backend, nft
+// variant, for the same plan), and none of meshlet's other rules.
+func TestHandBack(t *testing.T) {
+	ips := []netip.Addr{netip.MustParseAddr("10.0.0.5"), netip.MustParseAddr("fd00::5")}
+	settings := enroll.Settings{DNSCapture: false}
+	istio := podNetns(t)
+	must(t, apply(newBareRedirector(t, BackendIptables), podWorkload(istio, ips, settings)))
+	save := func(h *netns.Handle) string {
+		return counters.ReplaceAllString(inNetns(t, h, "iptables-nft-save")+inNetns(t, h, "ip6tables-nft-save"), "[0:0]")
+	}
+	want := stripComments(save(istio))
+	for _, b := range []Backend{BackendNftables, backendIptablesLegacy, BackendIptables} {
+		t.Run(string(b), func(t *testing.T) {
+			h := podNetns(t)
+			r := newBareRedirector(t, b)
+			w := podWorkload(h, ips, settings)
+			account, err := r.Apply(context.Background(), w, nil)
+			must(t, err)
+			w.Redirection = account
+			must(t, r.HandBack(context.Background(), w))
+			if got := stripComments(save(h)); got != want {
+				t.Errorf("rules after HandBack:\n%s\nwant istio-cni's:\n%s", got, want)
+			}
+			dump := fullDump(t, h)
+			if strings.Contains(dump, "table inet "+TableName) || strings.Contains(inNetns(t, h, "iptables-legacy-save"), "ISTIO_") {
+				t.Errorf("meshlet's other rules left after HandBack:\n%s", dump)
+			}
+		})
+	}
+}
+
+// stripComments drops iptables-save's comment lines (they carry the time).
+func stripComments(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -50,3 +50,6 @@ func (*Redirector) UninstallNode() error { return errUnsupported }
 
 // HasIstioRules is only implemented on Linux.
 func HasIstioRules(string) (bool, error) { return false, errUnsupported }
+
+// HandBack is only implemented on Linux.
+func (*Redirector) HandBack(context.Context, *enroll.Workload) error { return errUnsupported }

@@ -75,8 +75,15 @@ func oldMeshletLeaving(t *testing.T, c *clusterenv.Cluster, old string) bool {
 // node's architecture: the image's other one is hack/mkimage's to test.
 func buildImage(t testing.TB, version string) {
 	t.Helper()
+	buildImageWith(t, version, false)
+}
+
+// buildImageWith is buildImage, with Debian's iptables in the image as in
+// a release (hack/mkimage fetches and caches the packages) when iptables.
+func buildImageWith(t testing.TB, version string, iptables bool) {
+	t.Helper()
 	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
-	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, "-iptables=false", "-platforms", "linux/"+runtime.GOARCH)
+	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, fmt.Sprintf("-iptables=%v", iptables), "-platforms", "linux/"+runtime.GOARCH)
 	cmd.Dir = moduleRoot(t)
 	unlock, err := privtest.LockBuilds()
 	if err != nil {
