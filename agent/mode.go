@@ -324,3 +324,59 @@ func removeStaleCNI(ctx context.Context, cfg Config) {
 
 // errStandaloneCNI: CNI passes no labels, so CNI mode needs the API server.
 var errStandaloneCNI = errors.New("the runtime offers no NRI and CNI mode needs the API server (CNI passes no pod labels to select pods by): drop --standalone, or enable NRI in the runtime")
+
+// standbyMode reports whether a meshlet waiting to take the node over
+// serves the standby hook: where it would serve the node through NRI.
+func standbyMode(cfg Config) bool {
+	switch cfg.Mode {
+	case ModeNRI:
+		return true
+	case ModeAuto:
+		_, err := os.Stat(cfg.NRI.SocketPath)
+		return err == nil
+	}
+	return false
+}
+
+// runStandby serves the standby hook (nriplugin.Standby) while this
+// meshlet waits to take the node over from istio-cni, until tookOver is
+// closed (meshlet's own hook has listed the pods), then waits for ctx.
+// With an API server, the hook decides as meshlet's own does, with the
+// namespaces' labels: the informers start now (at most syncWait is waited
+// for them), and run on until the API watchers stop.
+func runStandby(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients, resolver enroll.PodInfoResolver, decide enroll.Policy, tookOver <-chan struct{}) {
+	if api != nil {
+		informers, stop := context.WithCancel(context.WithoutCancel(lc.root))
+		lc.onStop("API watchers", stop)
+		api.watcher.Start(informers)
+		synced, cancel := context.WithTimeout(ctx, syncWait)
+		err := api.watcher.WaitForSync(synced)
+		cancel()
+		if err != nil {
+			klog.FromContext(ctx).Info("Standby hook: the informers have not synced; pods the API server has not shown are decided from their sandbox's labels", "err", err)
+		}
+	}
+	standby := nriplugin.NewStandby(cfg.NRI, nriplugin.StandbyChecks{Resolver: resolver, Policy: decide,
+		OtherAgentChained: func() (bool, error) {
+			files, err := install.ChainedIn(cfg.CNI.ConfDir, install.IstioCNIPluginType)
+			return len(files) > 0, err
+		},
+		MeshedByOtherAgent: redirect.HasIstioRules,
+		TookOver:           tookOver,
+	})
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-tookOver:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	select {
+	case <-tookOver: // already: nothing to stand by for
+	default:
+		_ = standby.Run(sctx)
+	}
+	<-ctx.Done()
+}

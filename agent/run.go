@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -24,7 +23,6 @@ import (
 	"github.com/meshlet/meshlet/agent/state"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/cnifallback"
-	"github.com/meshlet/meshlet/cnifallback/install"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
@@ -169,21 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 		})
 		if standbyMode(cfg) {
 			lc.start("standby hook", func(ctx context.Context) error {
-				if api != nil {
-					// The hook decides as meshlet's own does, with the
-					// namespaces' labels: the informers start now, and
-					// run on until the API watchers stop.
-					informers, stop := context.WithCancel(context.WithoutCancel(root))
-					lc.onStop("API watchers", stop)
-					api.watcher.Start(informers)
-					synced, cancel := context.WithTimeout(ctx, syncWait)
-					err := api.watcher.WaitForSync(synced)
-					cancel()
-					if err != nil {
-						logger.Info("Standby hook: the informers have not synced; pods the API server has not shown are decided from their sandbox's labels", "err", err)
-					}
-				}
-				runStandby(ctx, cfg, resolver, decide, tookOver)
+				runStandby(ctx, lc, cfg, api, resolver, decide, tookOver)
 				return nil
 			})
 		}
@@ -388,46 +372,4 @@ func stopped(ctx, root context.Context, err error) error {
 		return context.Cause(root)
 	}
 	return err
-}
-
-// standbyMode reports whether a meshlet waiting to take the node over
-// serves the standby hook: where it would serve the node through NRI.
-func standbyMode(cfg Config) bool {
-	switch cfg.Mode {
-	case ModeNRI:
-		return true
-	case ModeAuto:
-		_, err := os.Stat(cfg.NRI.SocketPath)
-		return err == nil
-	}
-	return false
-}
-
-// runStandby serves the standby hook (nriplugin.Standby) while this
-// meshlet waits to take the node over from istio-cni, until tookOver is
-// closed (meshlet's own hook has listed the pods), then waits for ctx.
-func runStandby(ctx context.Context, cfg Config, resolver enroll.PodInfoResolver, decide enroll.Policy, tookOver <-chan struct{}) {
-	standby := nriplugin.NewStandby(cfg.NRI, nriplugin.StandbyChecks{Resolver: resolver, Policy: decide,
-		OtherAgentChained: func() (bool, error) {
-			files, err := install.ChainedIn(cfg.CNI.ConfDir, install.IstioCNIPluginType)
-			return len(files) > 0, err
-		},
-		MeshedByOtherAgent: redirect.HasIstioRules,
-		TookOver:           tookOver,
-	})
-	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-tookOver:
-		case <-ctx.Done():
-		}
-		cancel()
-	}()
-	select {
-	case <-tookOver: // already: nothing to stand by for
-	default:
-		_ = standby.Run(sctx)
-	}
-	<-ctx.Done()
 }

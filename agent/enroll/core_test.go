@@ -718,10 +718,10 @@ func TestEnrollRunningDefersTheHandover(t *testing.T) {
 	}
 }
 
-// TestUnmeshAll: an uninstall that must leave no pod redirected takes
-// every enrolled pod out: ztunnel Del and the in-pod rules removed.
-func TestUnmeshAll(t *testing.T) {
-	h := newHarness(t)
+// enrollTwoAndPlain enrolls mesh pods a and b (netns inodes 1, 2) and
+// has pod plain (3) skipped.
+func enrollTwoAndPlain(t *testing.T, h *harness) {
+	t.Helper()
 	for i, uid := range []string{"a", "b"} {
 		if _, err := h.core.Enroll(ctx, h.pod(uid, uint64(i+1), meshOn)); err != nil {
 			t.Fatal(err)
@@ -730,6 +730,13 @@ func TestUnmeshAll(t *testing.T) {
 	if _, err := h.core.Enroll(ctx, h.pod("plain", 3, nil)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestUnmeshAll: an uninstall that must leave no pod redirected takes
+// every enrolled pod out: ztunnel Del and the in-pod rules removed.
+func TestUnmeshAll(t *testing.T) {
+	h := newHarness(t)
+	enrollTwoAndPlain(t, h)
 	h.rec.take()
 	if err := h.core.UnmeshAll(ctx); err != nil {
 		t.Fatal(err)
@@ -751,14 +758,7 @@ func TestUnmeshAll(t *testing.T) {
 // its errors come back naming the pod, and the pods stay enrolled.
 func TestEachEnrolled(t *testing.T) {
 	h := newHarness(t)
-	for i, uid := range []string{"a", "b"} {
-		if _, err := h.core.Enroll(ctx, h.pod(uid, uint64(i+1), meshOn)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := h.core.Enroll(ctx, h.pod("plain", 3, nil)); err != nil {
-		t.Fatal(err)
-	}
+	enrollTwoAndPlain(t, h)
 	var mu sync.Mutex
 	var seen []string
 	err := h.core.EachEnrolled(ctx, func(_ context.Context, w *Workload) error {

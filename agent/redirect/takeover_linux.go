@@ -5,7 +5,6 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
-
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
