@@ -99,7 +99,10 @@ func TestCoreWithRealZDSAndNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Per enrolled pod: the core's handle, the ZDS server's dup for
-	// replays, and the fd the in-process ztunnel stand-in received.
+	// replays, and the fd the in-process ztunnel stand-in received; the
+	// redirector's look for istio-cni's rules in running pods holds one
+	// more while it runs.
+	parts.redir.Settle()
 	if got := podFds(t, pods); got != 2*3 {
 		t.Fatalf("%d fds held on pod namespaces, want 6 (core, ZDS replay dup, ztunnel for each of 2 pods)", got)
 	}

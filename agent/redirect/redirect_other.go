@@ -53,3 +53,6 @@ func HasIstioRules(string) (bool, error) { return false, errUnsupported }
 
 // HandBack is only implemented on Linux.
 func (*Redirector) HandBack(context.Context, *enroll.Workload) error { return errUnsupported }
+
+// Settle is only implemented on Linux.
+func (*Redirector) Settle() {}

@@ -450,9 +450,14 @@ func (r *Redirector) RetainNodeState(keep []netip.Addr) error { return r.probe.r
 // (an agent restart must not unmesh running pods). It waits for the
 // takeovers under way.
 func (r *Redirector) Close() error {
-	r.takeover.wait()
+	r.Settle()
 	return r.host.Close()
 }
+
+// Settle returns once the removals running in the background, of rules
+// istio-cni or a previous meshlet's other backend left in running pods,
+// have ended; each holds a descriptor of its pod's namespace meanwhile.
+func (r *Redirector) Settle() { r.takeover.wait() }
 
 // UninstallNode removes every node-side object meshlet created (the probe
 // SNAT table, or chain and ipsets): meshlet is being uninstalled. Pods'
