@@ -36,8 +36,8 @@ func render(t *testing.T, args ...string) []helmchart.Object {
 	return objs
 }
 
-// TestChartDryRun: what the chart renders with each profile, and with the
-// optional objects and other values, passes the API server's validation
+// TestChartDryRun: what the chart renders with each platform, for an older
+// cluster, hardened, and with the optional objects and other values, passes the API server's validation
 // (server-side dry run, strict field validation) in the release's
 // namespace. The ServiceMonitor is left out: this API server has no
 // Prometheus Operator CRDs (internal/helmchart's tests decode its fields).
@@ -65,14 +65,21 @@ func TestChartDryRun(t *testing.T) {
 		}
 	}
 
-	for _, args := range [][]string{
-		{"--set", "profile=containerd,nriCheck.enabled=true"},
-		{"--set", "profile=k3s"},
-		{"--set", "profile=k3s,dra.enabled=false,paths.criSocket=/var/run/crio/crio.sock"},
+	cases := [][]string{
+		{"--set", "nriCheck.enabled=true"},
+		{"--kube-version", helmchart.OlderCluster},
+		{"--set", "platform=k3s,dra.enabled=false,paths.criSocket=/var/run/crio/crio.sock"},
+		{"--set", "namespace.create=true,resourceQuota.enabled=true,serviceAccount.annotations.example\\.com/role=mesh",
+			"--set", "image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef,updateStrategy.type=OnDelete",
+			"--set", "securityContext.appArmorProfile.type=RuntimeDefault,securityContext.seLinuxOptions.type=spc_t"},
 		{"--namespace", "mesh", "--set", "fullnameOverride=node-agent,dra.driverName=mesh.example.com,namespace.create=true,metrics.serviceMonitor.enabled=true",
-			"--set", "updateStrategy.maxSurge=0,updateStrategy.maxUnavailable=10%,health.address=0.0.0.0:9880,config.mode=cni,config.excluded-namespaces={kube-system,istio-system}",
+			"--set", "updateStrategy.rollingUpdate.maxSurge=0,updateStrategy.rollingUpdate.maxUnavailable=10%,health.address=0.0.0.0:9880,config.mode=cni,config.excluded-namespaces={kube-system,istio-system}",
 			"--set", "securityContext.privileged=false,securityContext.capabilities.add={NET_ADMIN,SYS_ADMIN}"},
-	} {
+	}
+	for _, p := range helmchart.Platforms {
+		cases = append(cases, []string{"--set", "platform=" + p})
+	}
+	for _, args := range cases {
 		objs := render(t, args...)
 		for _, o := range objs {
 			if o.Monitor != nil {

@@ -24,10 +24,12 @@ const (
 	Title       = "meshlet"
 	Description = "meshlet, the node agent that enrolls pods into an Istio ambient-style mesh, meshlet-cni, its CNI plugin, and meshlet-gate, its container hook"
 	Source      = "https://github.com/meshlet/meshlet"
-	// License is the SPDX identifier for org.opencontainers.image.licenses;
-	// empty while the repository has no LICENSE (build refuses to leave it
-	// empty once one is added).
-	License = ""
+	// License is the SPDX identifier of the repository's LICENSE, the
+	// label org.opencontainers.image.licenses.
+	License = "Apache-2.0"
+	// DocDir holds the repository's LICENSE and NOTICE in the image, where
+	// Debian keeps a package's (its copyright files are beside it).
+	DocDir = "usr/share/doc/meshlet"
 	// Path is the image's PATH: agent/redirect looks the iptables
 	// commands up on it.
 	Path = "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -45,6 +47,10 @@ type Inputs struct {
 	Binaries map[string]Binaries
 	// Userspace by architecture; nil: the image has no iptables userspace.
 	Userspace map[string]*Userspace
+	// Notices are the repository's licence files by name (LICENSE,
+	// NOTICE), shipped in DocDir: the Apache License asks that a
+	// redistribution carry both.
+	Notices map[string][]byte
 }
 
 // Image is an assembled image.
@@ -73,9 +79,7 @@ func Labels(m Meta) map[string]string {
 		"org.opencontainers.image.version":     m.Version,
 		"org.opencontainers.image.revision":    m.Revision,
 		"org.opencontainers.image.created":     m.Epoch.Format(time.RFC3339),
-	}
-	if License != "" {
-		l["org.opencontainers.image.licenses"] = License
+		"org.opencontainers.image.licenses":    License,
 	}
 	return l
 }
@@ -164,6 +168,9 @@ func platformImage(in Inputs, p Platform) (v1.Image, Size, error) {
 			return nil, size, fmt.Errorf("binary %s: %w", c.Name, err)
 		}
 		mt.File(BinDir+"/"+c.Name, 0o755, b)
+	}
+	for name, text := range in.Notices {
+		mt.File(DocDir+"/"+name, 0o644, text)
 	}
 	specs = append(specs, layerSpec{mt, "meshlet " + in.Meta.Version + " (" + in.Meta.Revision + ")"})
 

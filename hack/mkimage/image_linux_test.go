@@ -117,10 +117,14 @@ func buildTwice(t *testing.T) (err error) {
 		return err
 	}
 	t.Logf("Debian iptables userspace: %s", time.Since(start).Round(time.Millisecond))
+	notices, err := readNotices(root)
+	if err != nil {
+		return err
+	}
 	var sums []string
 	for i := range 2 {
 		start = time.Now()
-		img, err := Assemble(Inputs{Meta: built.meta, Platforms: built.plats, Binaries: bins, Userspace: us})
+		img, err := Assemble(Inputs{Meta: built.meta, Platforms: built.plats, Binaries: bins, Userspace: us, Notices: notices})
 		if err != nil {
 			return err
 		}
@@ -226,12 +230,8 @@ func TestImageContents(t *testing.T) {
 				t.Errorf("created %s, want %s", cf.Created.Time, meta.Epoch)
 			}
 			checkLabels(t, "labels", cf.Config.Labels, wantLabels)
-			if _, err := os.Stat(filepath.Join("..", "..", "LICENSE")); err != nil {
-				if l, ok := cf.Config.Labels["org.opencontainers.image.licenses"]; ok {
-					t.Errorf("licenses label %q without a LICENSE in the repository", l)
-				}
-			} else if cf.Config.Labels["org.opencontainers.image.licenses"] == "" {
-				t.Errorf("the repository has a LICENSE but the image no licenses label")
+			if l := cf.Config.Labels["org.opencontainers.image.licenses"]; l != "Apache-2.0" {
+				t.Errorf("licenses label %q, want Apache-2.0 (the repository's LICENSE)", l)
 			}
 			if !strings.Contains(cf.Config.Labels[LabelDebianPackages], "iptables=") {
 				t.Errorf("label %s = %q, want the Debian packages", LabelDebianPackages, cf.Config.Labels[LabelDebianPackages])
@@ -364,6 +364,21 @@ func checkFiles(t *testing.T, img v1.Image, p Platform, version string) {
 		}
 		if c.Name == "meshlet" && !bytes.Contains(f.data, []byte(version)) {
 			t.Errorf("%s: version %s not stamped in", name, version)
+		}
+	}
+	// The repository's licence and notice, as the Apache License asks of a
+	// redistribution, byte for byte.
+	for _, name := range NoticeFiles {
+		want, err := os.ReadFile(filepath.Join("..", "..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, ok := files[DocDir+"/"+name]
+		switch {
+		case !ok:
+			t.Errorf("%s/%s missing", DocDir, name)
+		case f.hdr.Mode != 0o644 || !bytes.Equal(f.data, want):
+			t.Errorf("%s/%s: mode %#o, %d bytes, want 0644 and the repository's %s (%d bytes)", DocDir, name, f.hdr.Mode, len(f.data), name, len(want))
 		}
 	}
 	libDirs := []string{"lib/" + p.Triplet, "usr/lib/" + p.Triplet, "lib", "usr/lib"}

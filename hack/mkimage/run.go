@@ -73,8 +73,9 @@ func build(ctx context.Context, o buildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(filepath.Join(root, "LICENSE")); err == nil && License == "" {
-		return "", errors.New("the repository has a LICENSE: set License in hack/mkimage to its SPDX identifier (org.opencontainers.image.licenses)")
+	notices, err := readNotices(root)
+	if err != nil {
+		return "", err
 	}
 	meta, err := gitMeta(ctx, root, o.Version, o.Revision)
 	if err != nil {
@@ -91,7 +92,7 @@ func build(ctx context.Context, o buildOptions) (string, error) {
 		return "", err
 	}
 	o.Logf("built meshlet, meshlet-cni and meshlet-gate %s for %s in %s", meta.Version, platformList(o.Platforms), time.Since(start).Round(time.Millisecond))
-	in := Inputs{Meta: meta, Platforms: o.Platforms, Binaries: bins}
+	in := Inputs{Meta: meta, Platforms: o.Platforms, Binaries: bins, Notices: notices}
 	if o.Iptables {
 		start = time.Now()
 		deb := Debian{CacheDir: o.CacheDir, MaxAge: o.AptMaxAge, Logf: o.Logf}
@@ -203,4 +204,20 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// NoticeFiles are the repository's files every image ships in DocDir.
+var NoticeFiles = []string{"LICENSE", "NOTICE"}
+
+// readNotices reads NoticeFiles from the repository at root.
+func readNotices(root string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, name := range NoticeFiles {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			return nil, fmt.Errorf("the image ships the repository's %s: %w", name, err)
+		}
+		out[name] = b
+	}
+	return out, nil
 }

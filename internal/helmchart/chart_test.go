@@ -177,13 +177,13 @@ func diff(t *testing.T, path string, want []byte) string {
 	return string(out)
 }
 
-// TestHelmLint: helm lint --strict passes with each profile and with the
+// TestHelmLint: helm lint --strict passes with each platform and with the
 // optional objects on.
 func TestHelmLint(t *testing.T) {
 	h := helm(t)
-	for _, p := range helmchart.Profiles {
-		for _, extra := range [][]string{nil, {"--set", "dra.enabled=false,metrics.serviceMonitor.enabled=true,namespace.create=true"}} {
-			args := append([]string{"--set", "profile=" + p}, extra...)
+	for _, p := range helmchart.Platforms {
+		for _, extra := range [][]string{nil, {"--set", "dra.enabled=false,metrics.serviceMonitor.enabled=true,namespace.create=true,resourceQuota.enabled=true"}} {
+			args := append([]string{"--set", "platform=" + p}, extra...)
 			if out, err := h.Lint(context.Background(), args...); err != nil {
 				t.Errorf("helm lint %v: %v\n%s", args, err, out)
 			}
@@ -191,12 +191,14 @@ func TestHelmLint(t *testing.T) {
 	}
 }
 
-// TestChartRendersStrictly: with each profile, and with every optional
+// TestChartRendersStrictly: with each platform, and with every optional
 // object and many values set, every rendered object decodes strictly with
 // the Kubernetes API types (the schema check of the manifests).
 func TestChartRendersStrictly(t *testing.T) {
 	const everything = `
 namespace: {create: true}
+resourceQuota: {enabled: true}
+serviceAccount: {annotations: {iam.example.com/role: meshlet}}
 dra: {enabled: true, driverName: mesh.example.com}
 metrics:
   serviceMonitor: {enabled: true, interval: 30s, scrapeTimeout: 10s, labels: {release: prom}}
@@ -216,18 +218,21 @@ securityContext:
   capabilities: {add: [NET_ADMIN, SYS_ADMIN], drop: [ALL]}
 config: {kubeconfig: /etc/meshlet/kubeconfig}
 `
-	for _, p := range helmchart.Profiles {
-		objs := render(t, "--set", "profile="+p)
+	for _, p := range helmchart.Platforms {
+		objs := render(t, "--set", "platform="+p)
 		want := []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "ServiceAccount",
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
-		if got := kinds(objs); !slices.Equal(got, want) {
-			t.Errorf("profile %s: kinds %v, want %v", p, got, want)
+		if p == "gke" {
+			want = slices.Insert(want, 5, "ResourceQuota")
 		}
-		objs = renderValues(t, everything, "--set", "profile="+p)
-		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "Namespace", "Service", "ServiceAccount", "ServiceMonitor",
+		if got := kinds(objs); !slices.Equal(got, want) {
+			t.Errorf("platform %q: kinds %v, want %v", p, got, want)
+		}
+		objs = renderValues(t, everything, "--set", "platform="+p)
+		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "Namespace", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor",
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
-			t.Errorf("profile %s, every option: kinds %v, want %v", p, got, want)
+			t.Errorf("platform %q, every option: kinds %v, want %v", p, got, want)
 		}
 		ds := only[*appsv1.DaemonSet](t, objs)
 		c := ds.Spec.Template.Spec.Containers[0]
@@ -251,7 +256,15 @@ func TestChartValuesRefused(t *testing.T) {
 		args []string
 		want []string // all in helm's message
 	}{
+		{[]string{"--set", "platform=aks"}, []string{"/platform", "gke", "openshift", "minikube"}},
+		{[]string{"--set", "global.platform=aks"}, []string{"/global/platform", "gke"}},
 		{[]string{"--set", "profile=kind"}, []string{"/profile", "containerd", "k3s"}},
+		{[]string{"--set", "image.digest=sha256:abc"}, []string{"/image/digest"}},
+		{[]string{"--set", "serviceAccount.create=false"}, []string{"serviceAccount.name"}},
+		{[]string{"--set", "resourceQuota.pods=0"}, []string{"/resourceQuota/pods"}},
+		{[]string{"--set", "updateStrategy.type=Recreate"}, []string{"/updateStrategy/type"}},
+		{[]string{"--set", "securityContext.capabilities.add={NET_ADMIN,CAP_SYS_ADMIN}"}, []string{"SYS_ADMIN", "allowPrivilegeEscalation"}},
+		{[]string{"--kube-version", "1.29.0"}, []string{"kubeVersion", ">=1.30"}},
 		{[]string{"--set", "config.mode=ebpf"}, []string{"/config/mode", "auto", "nri", "cni"}},
 		{[]string{"--set", "config.redirect-backend=ebpf"}, []string{"/config/redirect-backend", "nftables", "iptables"}},
 		{[]string{"--set", "config.iptables-variant=both"}, []string{"/config/iptables-variant"}},
@@ -268,7 +281,8 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "paths.stateDir="}, []string{"/paths/stateDir"}},
 		{[]string{"--set", "dra.driverName=Mesh_Driver"}, []string{"/dra/driverName"}},
 		{[]string{"--set", "image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
-		{[]string{"--set", "updateStrategy.maxSurge=lots"}, []string{"/updateStrategy/maxSurge"}},
+		{[]string{"--set", "updateStrategy.rollingUpdate.maxSurge=lots"}, []string{"/updateStrategy/rollingUpdate/maxSurge"}},
+		{[]string{"--set", "updateStrategy.maxSurge=1"}, []string{"/updateStrategy", "maxSurge"}},
 		{[]string{"--set", "ports.health=9880"}, []string{"ports"}},
 		{[]string{"--set", "health.address=localhost"}, []string{"/health/address"}},
 		{[]string{"--set", "metrics.address=:70000"}, []string{"/metrics/address"}},
@@ -284,11 +298,11 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "config.dra=false"}, []string{"config.dra", "dra.enabled"}},
 		{[]string{"--set", "config.node-name=n"}, []string{"config.node-name", "spec.nodeName"}},
 		// Values that must agree.
-		{[]string{"--set", "updateStrategy.maxUnavailable=0,updateStrategy.maxSurge=0"}, []string{"maxSurge and maxUnavailable are both 0"}},
-		{[]string{"--set", "updateStrategy.maxUnavailable=1"}, []string{"maxSurge=1 and maxUnavailable=1", "set maxUnavailable to 0 for a surge"}},
+		{[]string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=0,updateStrategy.rollingUpdate.maxSurge=0"}, []string{"maxSurge and maxUnavailable are both 0"}},
+		{[]string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=1"}, []string{"maxSurge=1 and maxUnavailable=1", "set maxUnavailable to 0 for a surge"}},
 		{[]string{"--set", "nriCheck.enabled=true,config.mode=cni"}, []string{"nriCheck.enabled", "config.mode=cni"}},
 		{[]string{"--set", "metrics.serviceMonitor.enabled=true,metrics.address="}, []string{"metrics.serviceMonitor.enabled", "metrics.address"}},
-		{[]string{"--kube-version", "1.36.0"}, []string{"dra.enabled", "1.37"}},
+		{[]string{"--kube-version", "1.36.0", "--set", "dra.enabled=true"}, []string{"dra.enabled", "1.37"}},
 	} {
 		_, err := h.Template(context.Background(), c.args...)
 		if err == nil {
@@ -485,23 +499,23 @@ func daemonReads(t *testing.T, ds *appsv1.DaemonSet) agent.Config {
 	return *cfg
 }
 
-// TestChartDaemonConfigValid: with each profile the daemon accepts the
+// TestChartDaemonConfigValid: with each platform the daemon accepts the
 // DaemonSet's configuration (its own Validate), and the paths it is told
 // are the ones mounted from the host at the same place.
 func TestChartDaemonConfigValid(t *testing.T) {
-	for _, p := range helmchart.Profiles {
-		ds := only[*appsv1.DaemonSet](t, render(t, "--set", "profile="+p))
+	for _, p := range helmchart.Platforms {
+		ds := only[*appsv1.DaemonSet](t, render(t, "--set", "platform="+p))
 		cfg := daemonReads(t, ds)
 		if cfg.NodeName != "from-spec.nodeName" || cfg.DRA.PodUID != "from-metadata.uid" ||
 			cfg.PodName != "from-metadata.name" || cfg.PodNamespace != "from-metadata.namespace" {
-			t.Errorf("profile %s: the downward API's variables are not the daemon's: %+v", p, cfg)
+			t.Errorf("platform %q: the downward API's variables are not the daemon's: %+v", p, cfg)
 		}
 		// The state directory is the node's; Validate checks it exists or
 		// can be made, here.
 		stateDir := cfg.StateDir
 		cfg.StateDir = t.TempDir()
 		if err := cfg.Validate(); err != nil {
-			t.Errorf("profile %s: the daemon refuses the chart's configuration: %v", p, err)
+			t.Errorf("platform %q: the daemon refuses the chart's configuration: %v", p, err)
 		}
 
 		mounts := map[string]string{}
@@ -510,14 +524,17 @@ func TestChartDaemonConfigValid(t *testing.T) {
 		}
 		hostPaths := volumePaths(ds)
 		for name, path := range mounts {
+			if name == "tmp" { // the pod's own scratch emptyDir
+				continue
+			}
 			if name == "health" { // the pod's own emptyDir: --health-socket
 				if filepath.Dir(cfg.HealthSocket) != path {
-					t.Errorf("profile %s: --health-socket=%q is not in the health volume (%q)", p, cfg.HealthSocket, path)
+					t.Errorf("platform %q: --health-socket=%q is not in the health volume (%q)", p, cfg.HealthSocket, path)
 				}
 				continue
 			}
 			if hostPaths[name] != path {
-				t.Errorf("profile %s: volume %s mounts host %q at %q: the chart mounts host paths at the same path", p, name, hostPaths[name], path)
+				t.Errorf("platform %q: volume %s mounts host %q at %q: the chart mounts host paths at the same path", p, name, hostPaths[name], path)
 			}
 		}
 		for _, c := range []struct{ flag, path, volume string }{
@@ -532,15 +549,16 @@ func TestChartDaemonConfigValid(t *testing.T) {
 			{"kubelet-root-dir", filepath.Join(cfg.DRA.KubeletRootDir, "plugins_registry"), "kubelet-registry"},
 		} {
 			if mounts[c.volume] != c.path {
-				t.Errorf("profile %s: --%s needs %s mounted, volume %s mounts %q", p, c.flag, c.path, c.volume, mounts[c.volume])
+				t.Errorf("platform %q: --%s needs %s mounted, volume %s mounts %q", p, c.flag, c.path, c.volume, mounts[c.volume])
 			}
 		}
 	}
 }
 
-// TestChartProfiles: each profile's host paths, and a set path winning
-// over its profile's.
-func TestChartProfiles(t *testing.T) {
+// TestChartPlatforms: each platform's host paths (Istio's global.platform
+// and the former profile value too, and OpenShift found by its API), and a
+// set path winning over its platform's.
+func TestChartPlatforms(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want map[string]string // variable: value
@@ -550,11 +568,30 @@ func TestChartProfiles(t *testing.T) {
 			"MESHLET_CRI_SOCKET": "/run/containerd/containerd.sock", "MESHLET_CNI_CONF_DIR": "/etc/cni/net.d",
 			"MESHLET_CNI_BIN_DIR": "/opt/cni/bin", "MESHLET_NRI_SOCKET": "/var/run/nri/nri.sock", "MESHLET_KUBELET_ROOT_DIR": "/var/lib/kubelet",
 		}, map[string]string{"cri": "/run/containerd", "nri": "/var/run/nri", "kubelet-registry": "/var/lib/kubelet/plugins_registry"}},
+		{[]string{"--set", "platform=crio"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_NRI_SOCKET": "/var/run/nri/nri.sock", "MESHLET_CNI_BIN_DIR": "/opt/cni/bin",
+		}, map[string]string{"cri": "/var/run/crio", "nri": "/var/run/nri"}},
+		{[]string{"--set", "global.platform=gke"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/run/containerd/containerd.sock", "MESHLET_CNI_BIN_DIR": "/home/kubernetes/bin",
+		}, map[string]string{"cni-bin": "/home/kubernetes/bin"}},
+		// The version's -gke, -eks and +k3s are not tested: helm template
+		// strips them from --kube-version (helm install reads the server's).
+		{[]string{"--api-versions", "security.openshift.io/v1"}, map[string]string{"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_CNI_BIN_DIR": "/var/lib/cni/bin"}, nil},
+		{[]string{"--set", "platform=crio,global.platform=gke"}, map[string]string{"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_CNI_BIN_DIR": "/opt/cni/bin"}, nil},
+		{[]string{"--set", "platform=openshift"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_CNI_CONF_DIR": "/etc/kubernetes/cni/net.d", "MESHLET_CNI_BIN_DIR": "/var/lib/cni/bin",
+		}, map[string]string{"cni-conf": "/etc/kubernetes/cni/net.d"}},
+		{[]string{"--set", "platform=microk8s"}, map[string]string{
+			"MESHLET_CRI_SOCKET": "/var/snap/microk8s/common/run/containerd.sock", "MESHLET_CNI_CONF_DIR": "/var/snap/microk8s/current/args/cni-network",
+			"MESHLET_CNI_BIN_DIR": "/var/snap/microk8s/current/opt/cni/bin", "MESHLET_KUBELET_ROOT_DIR": "/var/snap/microk8s/common/var/lib/kubelet",
+		}, map[string]string{"kubelet-registry": "/var/snap/microk8s/common/var/lib/kubelet/plugins_registry"}},
+		{[]string{"--set", "platform=minikube"}, map[string]string{"MESHLET_CNI_CONF_DIR": "/etc/cni/net.mk", "MESHLET_CNI_BIN_DIR": "/opt/cni/bin"}, nil},
+		{[]string{"--set", "platform=k3d"}, map[string]string{"MESHLET_CRI_SOCKET": "/run/k3s/containerd/containerd.sock", "MESHLET_CNI_BIN_DIR": "/bin"}, nil},
 		{[]string{"--set", "profile=k3s"}, map[string]string{
 			"MESHLET_CRI_SOCKET": "/run/k3s/containerd/containerd.sock", "MESHLET_CNI_CONF_DIR": "/var/lib/rancher/k3s/agent/etc/cni/net.d",
 			"MESHLET_CNI_BIN_DIR": "/var/lib/rancher/k3s/data/cni", "MESHLET_NRI_SOCKET": "/var/run/nri/nri.sock", "MESHLET_KUBELET_ROOT_DIR": "/var/lib/kubelet",
 		}, map[string]string{"cri": "/run/k3s/containerd", "cni-conf": "/var/lib/rancher/k3s/agent/etc/cni/net.d", "cni-bin": "/var/lib/rancher/k3s/data/cni"}},
-		{[]string{"--set", "profile=k3s,paths.cniBinDir=/var/lib/rancher/k3s/data/current/bin,paths.kubeletDir=/data/kubelet"}, map[string]string{
+		{[]string{"--set", "platform=k3s,paths.cniBinDir=/var/lib/rancher/k3s/data/current/bin,paths.kubeletDir=/data/kubelet"}, map[string]string{
 			"MESHLET_CRI_SOCKET": "/run/k3s/containerd/containerd.sock", "MESHLET_CNI_BIN_DIR": "/var/lib/rancher/k3s/data/current/bin", "MESHLET_KUBELET_ROOT_DIR": "/data/kubelet",
 		}, map[string]string{"cni-bin": "/var/lib/rancher/k3s/data/current/bin", "kubelet-plugins": "/data/kubelet/plugins", "kubelet-registry": "/data/kubelet/plugins_registry"}},
 		{[]string{"--set", "paths.criSocket=/var/run/crio/crio.sock,paths.ztunnelSocket=/run/zt/zds.sock,paths.stateDir=/data/meshlet"}, map[string]string{
@@ -615,7 +652,7 @@ func TestChartDaemonSet(t *testing.T) {
 	healthDir := ""
 	for _, m := range c.VolumeMounts {
 		for _, v := range spec.Volumes {
-			if v.Name == m.Name && v.EmptyDir != nil {
+			if v.Name == m.Name && v.Name == "health" && v.EmptyDir != nil {
 				healthDir = m.MountPath
 			}
 		}
@@ -643,7 +680,7 @@ func TestChartDaemonSet(t *testing.T) {
 	// Values.
 	ds = only[*appsv1.DaemonSet](t, renderValues(t, `
 image: {repository: registry.example.com/meshlet, tag: v1.2.3, pullPolicy: Always}
-updateStrategy: {maxUnavailable: 25%, maxSurge: 0}
+updateStrategy: {type: RollingUpdate, rollingUpdate: {maxUnavailable: 25%, maxSurge: 0}}
 health: {address: "0.0.0.0:19880"}
 metrics: {address: "127.0.0.1:19881", podAnnotations: false}
 tolerations: [{key: example.com/dedicated, operator: Equal, value: mesh, effect: NoSchedule}]

@@ -40,8 +40,22 @@ const (
 	HelmEnv = "MESHLET_HELM"
 )
 
-// Profiles are the chart's node layouts (values profile=...).
-var Profiles = []string{"containerd", "k3s"}
+// Platforms are the chart's kinds of cluster (values platform=...); ""
+// is kubeadm-style nodes with containerd.
+var Platforms = []string{"", "crio", "gke", "eks", "openshift", "kind", "k3d", "k3s", "microk8s", "minikube"}
+
+// PlatformGolden is the name of a platform's golden file in the chart's
+// testdata.
+func PlatformGolden(platform string) string {
+	if platform == "" {
+		return "default"
+	}
+	return platform
+}
+
+// OlderCluster is the Kubernetes version the chart's golden file for a
+// cluster without the DRA it needs is rendered for (no-dra.yaml).
+const OlderCluster = "1.33.0"
 
 // Helm runs one helm binary on the chart of the repository at Root.
 type Helm struct {
@@ -95,19 +109,22 @@ type File struct {
 // default values split by kind of object, so that `kubectl apply -f
 // deploy/` installs meshlet: kubectl applies a directory's files in
 // lexical order and stops at nothing, so the namespace comes first
-// (00-namespace.yaml) or the DaemonSet would find no namespace. The golden
-// files are the whole chart per profile.
+// (00-namespace.yaml) or the DaemonSet would find no namespace. They are
+// rendered with DRA on, as for a cluster that serves it: the kubectl user
+// picks the file. The golden files are the whole chart per platform, for
+// helm template's Kubernetes release (DRA on), and once for a cluster
+// older than DRA's (no-dra.yaml).
 func Files() []File {
 	fs := []File{
 		{"deploy/00-namespace.yaml", []string{"--set", "namespace.create=true", "--show-only", "templates/namespace.yaml"}},
-		{"deploy/rbac.yaml", []string{"--show-only", "templates/rbac.yaml"}},
-		{"deploy/meshlet.yaml", []string{"--show-only", "templates/settings.yaml", "--show-only", "templates/daemonset.yaml"}},
-		{"deploy/dra.yaml", []string{"--show-only", "templates/dra.yaml"}},
+		{"deploy/rbac.yaml", []string{"--set", "dra.enabled=true", "--show-only", "templates/rbac.yaml"}},
+		{"deploy/meshlet.yaml", []string{"--set", "dra.enabled=true", "--show-only", "templates/settings.yaml", "--show-only", "templates/daemonset.yaml"}},
+		{"deploy/dra.yaml", []string{"--set", "dra.enabled=true", "--show-only", "templates/dra.yaml"}},
 	}
-	for _, p := range Profiles {
-		fs = append(fs, File{ChartDir + "/testdata/" + p + ".yaml", []string{"--set", "profile=" + p}})
+	for _, p := range Platforms {
+		fs = append(fs, File{ChartDir + "/testdata/" + PlatformGolden(p) + ".yaml", []string{"--set", "platform=" + p}})
 	}
-	return fs
+	return append(fs, File{ChartDir + "/testdata/no-dra.yaml", []string{"--kube-version", OlderCluster}})
 }
 
 // Render renders f with its header: what it is generated from and how to

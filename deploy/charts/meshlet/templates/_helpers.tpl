@@ -33,60 +33,159 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 
 {{/*
-Host paths per profile. A profile is the layout of a kind of node; each
-paths.* value left empty takes its profile's, and a value that is set wins.
+The platforms: the layout of each kind of node (host paths) and what else
+it needs. deploy/README.md, "Platforms", is their table; every platform is
+rendered to testdata/<platform>.yaml and dry-run by the API server in the
+chart tests.
 
-k3s (checked against k3s's source and docs):
-- its embedded containerd listens on /run/k3s/containerd/containerd.sock
-  (k3s pkg/agent/config/config_linux.go: state dir /run/k3s/containerd, the
-  socket in it);
-- the CNI configuration is <data-dir>/agent/etc/cni/net.d, data-dir
-  /var/lib/rancher/k3s (k3s pkg/agent/config: CNIConfDir), the conf_dir k3s
-  writes into its containerd config
-  (/var/lib/rancher/k3s/agent/etc/containerd/config.toml);
-- the CNI plugin directory containerd searches is the directory of the first
-  host-local on k3s's PATH (pkg/agent/config: CNIBinDir). k3s puts
-  /var/lib/rancher/k3s/data/cni first on that PATH, "a stable CNI bin dir ...
-  so that users have a consistent location to drop their own CNI plugin
-  binaries" (k3s cmd/k3s/main.go), so current k3s configures containerd with
-  bin_dir = /var/lib/rancher/k3s/data/cni (Istio's k3s profile,
-  manifests/helm-profiles/platform-k3s.yaml, moved there from
-  data/current/bin for that reason). Releases from before that directory
-  existed searched /var/lib/rancher/k3s/data/current/bin: set
-  paths.cniBinDir to it there. Check with
-  `grep bin_dir /var/lib/rancher/k3s/agent/etc/containerd/config.toml`;
-- the kubelet keeps its default --root-dir, /var/lib/kubelet;
-- NRI: k3s embeds containerd 2.x since its February 2025 releases
-  (v1.31.6+k3s1, v1.32.2+k3s1; docs.k3s.io "Advanced Options / Configuring
-  containerd"), which has NRI on by default at /var/run/nri/nri.sock; with
-  an older k3s (containerd 1.7) enable NRI through k3s's containerd config
-  template (config.toml.tmpl in /var/lib/rancher/k3s/agent/etc/containerd/).
+- "" (kubeadm-style nodes with containerd 2.x, which has NRI on by
+  default): containerd's socket, /etc/cni/net.d, /opt/cni/bin,
+  /var/lib/kubelet.
+- crio: CRI-O's socket (/var/run/crio/crio.sock; its NRI listens on
+  /var/run/nri/nri.sock once enable_nri is set); the rest as "".
+- gke: containerd, CNI plugins in /home/kubernetes/bin (where GKE's
+  kubelet and containerd look), and a ResourceQuota that admits
+  system-node-critical pods outside kube-system, which GKE refuses
+  otherwise. Picked by itself on a cluster whose version carries "-gke".
+- eks: the layout of "" (the VPC CNI's files are in /etc/cni/net.d and
+  /opt/cni/bin). Picked by itself on a version carrying "-eks".
+- openshift: CRI-O; Multus's configuration directory
+  /etc/kubernetes/cni/net.d and plugins in /var/lib/cni/bin; the
+  container's SELinux type spc_t (a container_t process may not setns into
+  another pod's network namespace or write host directories); the
+  privileged SecurityContextConstraints for the service account. Picked by
+  itself where the API serves security.openshift.io/v1.
+- kind: the layout of "" (kind's node image runs containerd 2.x).
+- k3s: the embedded containerd's socket /run/k3s/containerd/containerd.sock
+  (k3s pkg/agent/config: state dir /run/k3s/containerd); CNI configuration
+  in <data-dir>/agent/etc/cni/net.d, data-dir /var/lib/rancher/k3s; plugins
+  in /var/lib/rancher/k3s/data/cni, the stable directory current k3s puts
+  first on containerd's bin_dir ("so that users have a consistent location
+  to drop their own CNI plugin binaries", k3s cmd/k3s/main.go; Istio's k3s
+  profile moved there from data/current/bin for that reason). Releases
+  from before it searched /var/lib/rancher/k3s/data/current/bin: check with
+  `grep bin_dir /var/lib/rancher/k3s/agent/etc/containerd/config.toml`.
+  k3s embeds containerd 2.x (NRI on) since v1.31.6+k3s1 and v1.32.2+k3s1.
+  Picked by itself on a version carrying "+k3s".
+- k3d: k3s in a container: k3s's layout, plugins in /bin (the k3s image
+  keeps them there; Istio's k3d profile).
+- microk8s: the snap's paths: containerd at
+  /var/snap/microk8s/common/run/containerd.sock, CNI configuration in
+  /var/snap/microk8s/current/args/cni-network, plugins in
+  /var/snap/microk8s/current/opt/cni/bin, the kubelet's root
+  /var/snap/microk8s/common/var/lib/kubelet.
+- minikube (with --container-runtime=containerd; the docker runtime has no
+  NRI and no CNI chain meshlet can join): CNI configuration in
+  /etc/cni/net.mk, where minikube points containerd; the rest as "".
 */}}
-{{- define "meshlet.profiles" -}}
-containerd:
-  nriSocket: /var/run/nri/nri.sock
-  criSocket: /run/containerd/containerd.sock
-  cniConfDir: /etc/cni/net.d
-  cniBinDir: /opt/cni/bin
-  kubeletDir: /var/lib/kubelet
+{{- define "meshlet.platforms" -}}
+"":
+  paths: &default
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /run/containerd/containerd.sock
+    cniConfDir: /etc/cni/net.d
+    cniBinDir: /opt/cni/bin
+    kubeletDir: /var/lib/kubelet
+crio:
+  paths: &crio
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /var/run/crio/crio.sock
+    cniConfDir: /etc/cni/net.d
+    cniBinDir: /opt/cni/bin
+    kubeletDir: /var/lib/kubelet
+gke:
+  paths:
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /run/containerd/containerd.sock
+    cniConfDir: /etc/cni/net.d
+    cniBinDir: /home/kubernetes/bin
+    kubeletDir: /var/lib/kubelet
+  resourceQuota: true
+eks:
+  paths: *default
+openshift:
+  paths:
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /var/run/crio/crio.sock
+    cniConfDir: /etc/kubernetes/cni/net.d
+    cniBinDir: /var/lib/cni/bin
+    kubeletDir: /var/lib/kubelet
+  seLinuxType: spc_t
+  securityContextConstraints: privileged
+kind:
+  paths: *default
 k3s:
-  nriSocket: /var/run/nri/nri.sock
-  criSocket: /run/k3s/containerd/containerd.sock
-  cniConfDir: /var/lib/rancher/k3s/agent/etc/cni/net.d
-  cniBinDir: /var/lib/rancher/k3s/data/cni
-  kubeletDir: /var/lib/kubelet
+  paths:
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /run/k3s/containerd/containerd.sock
+    cniConfDir: /var/lib/rancher/k3s/agent/etc/cni/net.d
+    cniBinDir: /var/lib/rancher/k3s/data/cni
+    kubeletDir: /var/lib/kubelet
+k3d:
+  paths:
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /run/k3s/containerd/containerd.sock
+    cniConfDir: /var/lib/rancher/k3s/agent/etc/cni/net.d
+    cniBinDir: /bin
+    kubeletDir: /var/lib/kubelet
+microk8s:
+  paths:
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /var/snap/microk8s/common/run/containerd.sock
+    cniConfDir: /var/snap/microk8s/current/args/cni-network
+    cniBinDir: /var/snap/microk8s/current/opt/cni/bin
+    kubeletDir: /var/snap/microk8s/common/var/lib/kubelet
+minikube:
+  paths:
+    nriSocket: /var/run/nri/nri.sock
+    criSocket: /run/containerd/containerd.sock
+    cniConfDir: /etc/cni/net.mk
+    cniBinDir: /opt/cni/bin
+    kubeletDir: /var/lib/kubelet
 {{- end -}}
 
 {{/*
-meshlet.paths: every host path, the profile's defaults under the set
+meshlet.platform: the platform's name. platform wins, then Istio's
+global.platform, then profile (its old name: containerd is ""); unset, the
+cluster says where it can: a version carrying -gke, -eks or +k3s, or the
+OpenShift API.
+*/}}
+{{- define "meshlet.platform" -}}
+{{- $set := coalesce .Values.platform (.Values.global).platform .Values.profile | default "" -}}
+{{- if eq $set "containerd" -}}{{- $set = "" -}}{{- end -}}
+{{- $version := .Capabilities.KubeVersion.GitVersion -}}
+{{- if $set -}}
+{{- $set -}}
+{{- else if contains "-gke" $version -}}
+gke
+{{- else if contains "-eks" $version -}}
+eks
+{{- else if contains "+k3s" $version -}}
+k3s
+{{- else if .Capabilities.APIVersions.Has "security.openshift.io/v1" -}}
+openshift
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshlet.platformFacts: the platform's entry of meshlet.platforms, as YAML
+(fromYaml it); an unknown platform fails, naming the known ones.
+*/}}
+{{- define "meshlet.platformFacts" -}}
+{{- $platforms := include "meshlet.platforms" . | fromYaml -}}
+{{- $name := include "meshlet.platform" . -}}
+{{- if not (hasKey $platforms $name) -}}
+{{- fail (printf "platform %q: want one of %s (empty: kubeadm-style nodes with containerd)" $name (keys $platforms | without "" | sortAlpha | join ", ")) -}}
+{{- end -}}
+{{- index $platforms $name | toYaml -}}
+{{- end -}}
+
+{{/*
+meshlet.paths: every host path, the platform's defaults under the set
 paths.* values, as YAML (fromYaml it).
 */}}
 {{- define "meshlet.paths" -}}
-{{- $profiles := include "meshlet.profiles" . | fromYaml -}}
-{{- $profile := index $profiles .Values.profile -}}
-{{- if not $profile -}}
-{{- fail (printf "profile %q: want one of %s" .Values.profile (keys $profiles | sortAlpha | join ", ")) -}}
-{{- end -}}
+{{- $profile := (include "meshlet.platformFacts" . | fromYaml).paths -}}
 {{- $paths := dict -}}
 {{- range $k, $v := .Values.paths -}}
 {{- if $v -}}{{- $_ := set $paths $k $v -}}{{- end -}}
@@ -100,6 +199,45 @@ paths.* values, as YAML (fromYaml it).
 {{- end -}}
 {{- end -}}
 {{- toYaml $paths -}}
+{{- end -}}
+
+{{/*
+meshlet.dra: "true" when meshlet runs as a DRA driver: dra.enabled when it
+is set; unset, where the API server serves resource.k8s.io/v1 (DeviceClass
+is in it) and is Kubernetes >= 1.37 (the DeviceClass's
+extendedResourceName), so that a first install on an older cluster does not
+fail. The group version, not the kind: helm template, without a cluster,
+knows the group versions of its Kubernetes release but no kinds.
+*/}}
+{{- define "meshlet.dra" -}}
+{{- if kindIs "bool" .Values.dra.enabled -}}
+{{- .Values.dra.enabled -}}
+{{- else -}}
+{{- and (.Capabilities.APIVersions.Has "resource.k8s.io/v1") (semverCompare ">=1.37.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshlet.serviceAccountName: the service account the DaemonSet runs as.
+*/}}
+{{- define "meshlet.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "meshlet.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name: the existing service account meshlet runs as, with serviceAccount.create=false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshlet.image: repository:tag, or repository@digest when image.digest is
+set (the tag is then only a label).
+*/}}
+{{- define "meshlet.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
@@ -205,4 +343,18 @@ which a standalone meshlet does not use (and refuses --config-map).
 {{- $refs = append $refs . -}}
 {{- end -}}
 {{- toYaml $refs -}}
+{{- end -}}
+
+{{/*
+meshlet.securityContext: the container's securityContext, the platform's
+SELinux type (OpenShift: spc_t) unless securityContext.seLinuxOptions is
+set; as YAML.
+*/}}
+{{- define "meshlet.securityContext" -}}
+{{- $sc := deepCopy (.Values.securityContext | default dict) -}}
+{{- $type := (include "meshlet.platformFacts" . | fromYaml).seLinuxType -}}
+{{- if and $type (not $sc.seLinuxOptions) -}}
+{{- $_ := set $sc "seLinuxOptions" (dict "type" $type) -}}
+{{- end -}}
+{{- toYaml $sc -}}
 {{- end -}}
