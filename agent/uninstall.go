@@ -19,12 +19,13 @@ import (
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
-// uninstalling is whether this meshlet stops because its DaemonSet is
-// deleted (or being deleted): it is the node's last, and takes its state
-// off the node. On an update, a restart or a node shutdown the DaemonSet
-// remains and everything stays for the next meshlet. The watch has
-// usually seen the deletion already; otherwise the API server is asked
-// once. Without meshlet's own pod (--pod-name) or an answer, it keeps
+// uninstalling is whether this meshlet stops as its node's last
+// (kube.Departure): its DaemonSet deleted, the node no longer selected by
+// it, or its access to the API server revoked. It takes its state off the
+// node then. On an update, a restart or a node shutdown the DaemonSet
+// remains and everything stays for the next meshlet. The watch has usually
+// seen a deletion already; otherwise the API server is asked once.
+// Without meshlet's own pod (--pod-name) or an answer, it keeps
 // everything: removing the CNI chain or the checkpoint of a meshlet that
 // is only restarting would let mesh pods start unmeshed.
 func uninstalling(ctx context.Context, cfg Config, api *apiClients, ds *kube.DaemonSetWatch) bool {
@@ -34,18 +35,18 @@ func uninstalling(ctx context.Context, cfg Config, api *apiClients, ds *kube.Dae
 		return false
 	}
 	if ds != nil && ds.Removed() {
-		logger.Info("meshlet's DaemonSet is deleted: removing meshlet's state from the node")
+		logger.Info("Uninstalling from the node: removing meshlet's state", "why", kube.DaemonSetDeleted)
 		return true
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	removed, err := kube.DaemonSetRemoved(ctx, api.client, cfg.PodNamespace, cfg.PodName)
+	why, err := kube.Departing(ctx, api.client, cfg.PodNamespace, cfg.PodName, cfg.NodeName)
 	switch {
 	case err != nil:
 		logger.Info("Keeping meshlet's state on the node: cannot tell an uninstall from an update", "err", err)
 		return false
-	case removed:
-		logger.Info("meshlet's DaemonSet is deleted: removing meshlet's state from the node")
+	case why != kube.Stays:
+		logger.Info("Uninstalling from the node: removing meshlet's state", "why", why)
 		return true
 	}
 	return false

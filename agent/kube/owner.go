@@ -7,12 +7,14 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 )
 
@@ -35,25 +37,68 @@ func removed(ds *appsv1.DaemonSet, uid types.UID) bool {
 	return ds == nil || ds.UID != uid || ds.DeletionTimestamp != nil
 }
 
-// DaemonSetRemoved reports whether the DaemonSet that owns the pod
-// namespace/name is deleted or being deleted: meshlet is being
-// uninstalled, not updated (a rolling update replaces the pod and keeps
-// the DaemonSet). A pod without a DaemonSet owner, or a pod that is
-// already gone, says nothing about the DaemonSet: removed is false and
-// err says why, so the caller keeps what it installed.
-func DaemonSetRemoved(ctx context.Context, client kubernetes.Interface, namespace, name string) (bool, error) {
+// A Departure says why a stopping meshlet is its node's last: no meshlet
+// of its DaemonSet will serve the node after it, so it takes its state off
+// the node (an uninstall on that node). Stays, on an update, a restart, a
+// drain or a node shutdown, keeps everything for the next meshlet.
+type Departure string
+
+const (
+	Stays Departure = ""
+	// DaemonSetDeleted: the DaemonSet is deleted or being deleted (helm
+	// uninstall, kubectl delete), or replaced by another of that name.
+	DaemonSetDeleted Departure = "meshlet's DaemonSet is deleted"
+	// NodeDeselected: the DaemonSet's node selector or required node
+	// affinity no longer matches the node (its labels changed, or the
+	// DaemonSet's selector did): the DaemonSet controller deletes the pod
+	// and starts none there.
+	NodeDeselected Departure = "meshlet's DaemonSet no longer selects this node"
+	// AccessRevoked: the API server refuses meshlet's own pod or DaemonSet
+	// to meshlet's service account (Forbidden or Unauthorized). Only an
+	// uninstall takes meshlet's role binding or account away (kubectl
+	// delete -f deletes them beside the DaemonSet, in any order): a meshlet
+	// that stayed would leave the node fail-closed with no one to open it.
+	AccessRevoked Departure = "the API server refuses meshlet's service account: its role binding or account is deleted"
+)
+
+// Departing tells whether the meshlet of pod namespace/name, on node, is
+// its node's last (see Departure). A pod without a DaemonSet owner, a pod
+// or node that is already gone, or any other error says nothing: Stays,
+// with err saying why, so that the caller keeps what it installed.
+func Departing(ctx context.Context, client kubernetes.Interface, namespace, name, node string) (Departure, error) {
+	revoked := func(err error) bool { return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) }
 	dsName, uid, err := ownerDaemonSet(ctx, client, namespace, name)
 	if err != nil {
-		return false, err
+		if revoked(err) {
+			return AccessRevoked, nil
+		}
+		return Stays, err
 	}
 	ds, err := client.AppsV1().DaemonSets(namespace).Get(ctx, dsName, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return true, nil
+		return DaemonSetDeleted, nil
+	case revoked(err):
+		return AccessRevoked, nil
 	case err != nil:
-		return false, fmt.Errorf("DaemonSet %s/%s: %w", namespace, dsName, err)
+		return Stays, fmt.Errorf("DaemonSet %s/%s: %w", namespace, dsName, err)
+	case removed(ds, uid):
+		return DaemonSetDeleted, nil
 	}
-	return removed(ds, uid), nil
+	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return Stays, fmt.Errorf("node %s, to match DaemonSet %s/%s's node selector: %w", node, namespace, dsName, err)
+	}
+	// The DaemonSet controller's own test (NodeShouldRunDaemonPod): the
+	// template's nodeSelector and required node affinity.
+	match, err := nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: ds.Spec.Template.Spec}).Match(n)
+	if err != nil {
+		return Stays, fmt.Errorf("DaemonSet %s/%s's node affinity: %w", namespace, dsName, err)
+	}
+	if !match {
+		return NodeDeselected, nil
+	}
+	return Stays, nil
 }
 
 // DaemonSetWatch follows the DaemonSet that owns a pod, so that the pod

@@ -2,24 +2,29 @@ package kube_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meshlet/meshlet/agent/kube"
 )
 
-// TestDaemonSetRemoved: meshlet's own DaemonSet, read and watched with the
-// role of deploy/rbac.yaml, tells an uninstall (deleted, being deleted, or
-// replaced by another of that name) from an update (still there). Without a
-// controller-manager here the pod's owner reference is set by hand and a
-// foreground deletion stays pending, which is what a stopping meshlet
-// sees while the garbage collector works.
-func TestDaemonSetRemoved(t *testing.T) {
+// TestDeparting: with the role of deploy/rbac.yaml, meshlet tells a stop
+// that leaves its node without a meshlet (its DaemonSet deleted, being
+// deleted or replaced by another of that name; the node no longer selected
+// by it; its service account's access revoked) from one that does not (an
+// update: the DaemonSet still there and selecting the node), and the watch
+// sees the deletion. Without a controller-manager here the pod's owner
+// reference is set by hand and a foreground deletion stays pending, which
+// is what a stopping meshlet sees while the garbage collector works.
+func TestDeparting(t *testing.T) {
 	c := admin(t)
 	rc := restrictedClient(t)
 	ns := namespace(t, c, nil)
@@ -29,7 +34,7 @@ func TestDaemonSetRemoved(t *testing.T) {
 	ds := newDS()
 	newPod := func(name string, owner *appsv1.DaemonSet) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}
 		if owner != nil {
 			p.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(owner, appsv1.SchemeGroupVersion.WithKind("DaemonSet"))}
 		}
@@ -38,14 +43,42 @@ func TestDaemonSetRemoved(t *testing.T) {
 	}
 	newPod("meshlet-a", ds)
 	newPod("loose", nil)
-	check := func(what, pod string, want, wantErr bool) {
+	setNodeLabel(t, c, mesh, "true")
+	check := func(what string, client kubernetes.Interface, pod string, want kube.Departure, wantErr bool) {
 		t.Helper()
-		removed, err := kube.DaemonSetRemoved(ctx, rc, ns, pod)
-		if removed != want || (err != nil) != wantErr {
-			t.Fatalf("%s: removed %v, err %v; want removed %v, error %v", what, removed, err, want, wantErr)
+		got, err := kube.Departing(ctx, client, ns, pod, node)
+		if got != want || (err != nil) != wantErr {
+			t.Fatalf("%s: %q, err %v; want %q, error %v", what, got, err, want, wantErr)
 		}
 	}
-	check("DaemonSet in place (an update)", "meshlet-a", false, false)
+	check("DaemonSet in place (an update)", rc, "meshlet-a", kube.Stays, false)
+	check("pod without a DaemonSet", rc, "loose", kube.Stays, true)
+	check("pod gone", rc, "nosuchpod", kube.Stays, true)
+
+	// The node leaves the DaemonSet's node selector: its labels change,
+	// then the DaemonSet's selector does.
+	setNodeLabel(t, c, mesh, "false")
+	check("node relabelled out of the node selector", rc, "meshlet-a", kube.NodeDeselected, false)
+	setNodeLabel(t, c, mesh, "true")
+	check("node relabelled back", rc, "meshlet-a", kube.Stays, false)
+	affinity := func(op corev1.NodeSelectorOperator) {
+		got, err := c.AppsV1().DaemonSets(ns).Get(ctx, "meshlet", metav1.GetOptions{})
+		must(t, err)
+		got.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: mesh, Operator: op, Values: []string{"true"}}}}},
+		}}}
+		_, err = c.AppsV1().DaemonSets(ns).Update(ctx, got, metav1.UpdateOptions{})
+		must(t, err)
+	}
+	affinity(corev1.NodeSelectorOpNotIn)
+	check("DaemonSet's affinity changed to exclude the node", rc, "meshlet-a", kube.NodeDeselected, false)
+	affinity(corev1.NodeSelectorOpIn)
+	check("DaemonSet's affinity selecting the node again", rc, "meshlet-a", kube.Stays, false)
+
+	// A service account with no role binding: what meshlet sees once an
+	// uninstall has deleted its ClusterRoleBinding before its pod stopped.
+	check("role binding gone", unboundAccount(t, c), "meshlet-a", kube.AccessRevoked, false)
+
 	// The watch sees the deletion below while the role still allows it.
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -53,12 +86,9 @@ func TestDaemonSetRemoved(t *testing.T) {
 	if w.Removed() {
 		t.Fatal("watch: DaemonSet removed while it is in place")
 	}
-	check("pod without a DaemonSet", "loose", false, true)
-	check("pod gone", "nosuchpod", false, true)
-
 	fg := metav1.DeletePropagationForeground
 	must(t, c.AppsV1().DaemonSets(ns).Delete(ctx, "meshlet", metav1.DeleteOptions{PropagationPolicy: &fg}))
-	check("DaemonSet being deleted", "meshlet-a", true, false)
+	check("DaemonSet being deleted", rc, "meshlet-a", kube.DaemonSetDeleted, false)
 	deadline := time.Now().Add(10 * time.Second)
 	for !w.Removed() {
 		if time.Now().After(deadline) {
@@ -74,9 +104,37 @@ func TestDaemonSetRemoved(t *testing.T) {
 	got.Finalizers = nil
 	_, err = c.AppsV1().DaemonSets(ns).Update(ctx, got, metav1.UpdateOptions{})
 	must(t, err)
-	check("DaemonSet deleted", "meshlet-a", true, false)
+	check("DaemonSet deleted", rc, "meshlet-a", kube.DaemonSetDeleted, false)
 	newDS()
-	check("DaemonSet replaced by another of that name", "meshlet-a", true, false)
+	check("DaemonSet replaced by another of that name", rc, "meshlet-a", kube.DaemonSetDeleted, false)
+}
+
+// mesh is the node label the test's DaemonSet selects nodes by.
+const mesh = "example.com/meshlet"
+
+// setNodeLabel sets the label key=value on the test's node.
+func setNodeLabel(t *testing.T, c kubernetes.Interface, key, value string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
+	_, err := c.CoreV1().Nodes().Patch(context.Background(), node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	must(t, err)
+}
+
+// unboundAccount is a client of a service account no role is bound to,
+// with a token bound to a pod on the test's node, as meshlet's is.
+func unboundAccount(t *testing.T, c kubernetes.Interface) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
+	ns := namespace(t, c, nil)
+	p := podOn(t, c, node, ns, "unbound", "unbound", nil)
+	tok, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "unbound", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
+		ExpirationSeconds: ptr(int64(3600)),
+		BoundObjectRef:    &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+	}}, metav1.CreateOptions{})
+	must(t, err)
+	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
+	must(t, err)
+	return rc
 }
 
 // TestSiblingOnNode: with meshlet's role, a meshlet finds the running pod
@@ -134,7 +192,7 @@ func createDaemonSet(t *testing.T, c kubernetes.Interface, ns string) *appsv1.Da
 		ObjectMeta: metav1.ObjectMeta{Name: "meshlet"},
 		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: meshletLabels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: meshletLabels},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
+				Spec: corev1.PodSpec{NodeSelector: map[string]string{mesh: "true"}, Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet"}}}}},
 	}, metav1.CreateOptions{})
 	must(t, err)
 	return ds
