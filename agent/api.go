@@ -192,3 +192,27 @@ func (t *revisionTags) observe(ctx context.Context) {
 	t.reeval()
 	t.current, t.seen = tags, true
 }
+
+// draDiscoveryWait bounds how long start-up waits for the API server's
+// discovery to say whether it serves DRA.
+const draDiscoveryWait = 10 * time.Second
+
+// apiServesDRA is whether meshlet runs its DRA driver (--dra): yes unless
+// the API server says it does not serve resource.k8s.io/v1's DeviceClasses,
+// ResourceClaims and ResourceSlices (a cluster older than 1.34, or one
+// with the group turned off), which this says once. An API server that
+// does not answer in time gets the driver, which waits for it.
+func apiServesDRA(ctx context.Context, api *apiClients) bool {
+	logger := klog.FromContext(ctx)
+	served, err := kube.ServesDRA(ctx, api.client, draDiscoveryWait)
+	switch {
+	case err != nil:
+		logger.Info("Cannot tell whether the API server serves DRA: starting the DRA plugin", "err", err)
+		return true
+	case !served:
+		logger.Info("The API server does not serve resource.k8s.io/v1 (DeviceClasses, ResourceClaims, ResourceSlices): running without DRA; no mesh device, pods join the mesh by their namespace's label",
+			"flag", "--dra")
+		return false
+	}
+	return true
+}

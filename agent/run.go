@@ -85,6 +85,9 @@ func Run(ctx context.Context, cfg Config) error {
 	var claims *claimstore.Store
 	dra := cfg.DRA.Enabled && !cfg.Standalone
 	if dra {
+		dra = apiServesDRA(ctx, api)
+	}
+	if dra {
 		if claims, err = draplugin.OpenClaims(cfg.StateDir, logger); err != nil {
 			return err
 		}

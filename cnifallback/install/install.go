@@ -133,6 +133,11 @@ func (in *Installer) pass(ctx context.Context, full bool) (out Outcome, err erro
 			in.writes.Add(1)
 		}
 	}()
+	// Before anything is written: a wrong plugin directory would make the
+	// chain fail every pod of the node.
+	if err := in.checkPrimaryPlugins(); err != nil {
+		return out, err
+	}
 	out.BinaryWrote, err = in.ensureBinary(full)
 	if err != nil {
 		return out, err

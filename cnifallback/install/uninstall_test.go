@@ -115,8 +115,8 @@ func TestUninstallOwnConflist(t *testing.T) {
 	}
 	delete(before, OwnConflistName)
 	sameFiles(t, before, after)
-	if ents, _ := os.ReadDir(e.binDir); len(ents) != 0 {
-		t.Errorf("bin dir: %v", ents)
+	if extra := e.binExtras(t); len(extra) != 0 {
+		t.Errorf("bin dir: %v", extra)
 	}
 }
 
