@@ -66,13 +66,14 @@ func TestPodWithAPIServer(t *testing.T) {
 	}
 }
 
-// apiServer starts a real etcd and kube-apiserver in the shared
-// environment's netns, where meshlet reaches them, until the test ends.
+// apiServer starts a real etcd and kube-apiserver (with apiserverArgs) in
+// the shared environment's netns, where meshlet reaches them, until the
+// test ends.
 // It returns an admin client and the kubeconfig file meshlet is given.
-func apiServer(t *testing.T) (kubernetes.Interface, string) {
+func apiServer(t *testing.T, apiserverArgs ...string) (kubernetes.Interface, string) {
 	t.Helper()
 	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
-	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath())
+	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath(), apiserverArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
