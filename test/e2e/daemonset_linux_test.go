@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
+	"github.com/meshlet/meshlet/test/env"
 	"github.com/meshlet/meshlet/test/env/clusterenv"
 )
 
@@ -34,7 +37,9 @@ type release struct {
 	helm       string
 	kubeconfig string
 	values     string
-	dir        string // the release's files on the node
+	// chartValues are more values, over install's.
+	chartValues map[string]any
+	dir         string // the release's files on the node
 	zt         string // ztunnel's socket on the node
 	stateDir   string
 }
@@ -164,6 +169,7 @@ func (r *release) install(tag string, config map[string]any) {
 		// where it listens, in the node's netns.
 		"extraEnv": []map[string]any{{"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"}, {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"}},
 	}
+	maps.Copy(values, r.chartValues)
 	b, err := yaml.Marshal(values)
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +276,8 @@ func ambientPod(t *testing.T, c *clusterenv.Cluster, ns, name string) *corev1.Po
 // meshlet's own state while running pods keep their rules, and with
 // unmesh-on-uninstall releases them first.
 func TestDaemonSetOnKubelet(t *testing.T) {
-	c := startCluster(t, nil)
+	c := startClusterWith(t, clusterenv.Options{APIServerArgs: []string{"--admission-control-config-file=" + hardenedAdmission(t)}})
+	refusedByHardenedCluster(t, c)
 	buildImage(t, "e2e-1")
 	buildImage(t, "e2e-2")
 	ctx := context.Background()
@@ -283,8 +290,23 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 		return err == nil
 	})
 
+	// The answers to the hardened cluster: the namespace, made and
+	// labelled as deploy/README.md says (Helm keeps its release in it, so
+	// it exists first), enforces privileged; the chart's quota admits its
+	// critical pods. A node label selects the nodes meshlet runs on.
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: meshletNamespace,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "privileged"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	setNodeLabel(t, c, meshletNodeLabel, "true")
+	hardened := map[string]any{
+		"resourceQuota": map[string]any{"enabled": true},
+		"nodeSelector":  map[string]any{"kubernetes.io/os": "linux", meshletNodeLabel: "true"},
+	}
 	start := time.Now()
-	r := installMeshlet(t, c, "e2e-1", nil)
+	r := newRelease(t, c)
+	r.chartValues = hardened
+	r.install("e2e-1", nil)
 	installed := r.waitRolledOut("e2e-1")
 	t.Logf("helm install to meshlet's pod Ready: %v", time.Since(start).Round(10*time.Millisecond))
 	if log := podLog(t, installed, "check-nri"); !strings.Contains(log, "NRI is enabled: the runtime answers on") {
@@ -400,6 +422,22 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 		len(created), zt.handoverGaps())
 	zt.close()
 
+	// The node leaves the DaemonSet: relabelled out of its node selector,
+	// the DaemonSet controller deletes meshlet's pod and starts none, and
+	// meshlet takes its state off the node as on an uninstall; running
+	// pods keep their redirection.
+	setNodeLabel(t, c, meshletNodeLabel, "false")
+	waitFor(t, "meshlet's pod gone from the relabelled node", func() bool {
+		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{})
+		return err == nil && len(pods.Items) == 0
+	})
+	r.nodeClean("the node's leaving the DaemonSet")
+	if !hasPodRules(t, first) {
+		t.Fatal("a running mesh pod lost its rules when the node left the DaemonSet")
+	}
+	setNodeLabel(t, c, meshletNodeLabel, "true")
+	r.waitRolledOut("e2e-2")
+
 	// Uninstall: the node is clean of meshlet's state; running pods keep
 	// their rules.
 	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
@@ -407,30 +445,15 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{})
 		return err == nil && len(pods.Items) == 0
 	})
-	if out, err := theEnv(t).Exec("nft", "list", "table", "inet", "meshlet"); err == nil {
-		t.Fatalf("the node's table inet meshlet outlived the uninstall:\n%s", out)
-	}
-	for _, f := range []string{"checkpoint.json", "claims.json", "debug.sock"} {
-		if _, err := os.Stat(filepath.Join(r.stateDir, f)); !os.IsNotExist(err) {
-			t.Fatalf("%s outlived the uninstall: %v", f, err)
-		}
-	}
-	if _, err := os.Stat(r.zt); !os.IsNotExist(err) {
-		t.Fatalf("ztunnel's socket outlived the uninstall: %v", err)
-	}
-	// meshlet deletes its node's slice when it can; Helm deletes meshlet's
-	// RBAC a moment after its DaemonSet, so the kubelet, which wipes the
-	// slices of a driver whose plugin is gone (after 30 s), may be the one.
-	waitFor(t, "no mesh ResourceSlice left after the uninstall", func() bool {
-		slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		return err == nil && len(slices.Items) == 0
-	})
+	r.nodeClean("the uninstall")
 	if !hasPodRules(t, first) {
 		t.Fatal("a running mesh pod lost its rules on uninstall")
 	}
 
 	// With unmesh-on-uninstall, every pod is released first.
-	r = installMeshlet(t, c, "e2e-2", map[string]any{"unmesh-on-uninstall": true})
+	r = newRelease(t, c)
+	r.chartValues = hardened
+	r.install("e2e-2", map[string]any{"unmesh-on-uninstall": true})
 	r.waitRolledOut("e2e-2")
 	m = r.connectZtunnel()
 	m.waitFor("the running pod replayed", func([]*zdstest.Request) bool { return len(m.adds(string(first.UID))) > 0 })
@@ -438,6 +461,104 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	m.waitFor("a Del for the running pod", func(rs []*zdstest.Request) bool { return hasDel(rs, string(first.UID)) })
 	if hasPodRules(t, first) {
 		t.Fatal("unmesh-on-uninstall left the pod's rules")
+	}
+}
+
+// nodeClean asserts that meshlet left none of its own state on the node
+// (after what): its node table, its state files, ztunnel's socket. The
+// ResourceSlices go too: meshlet deletes its node's slice when it can; on
+// an uninstall Helm deletes meshlet's RBAC a moment after its DaemonSet,
+// so the kubelet, which wipes the slices of a driver whose plugin is gone
+// (after 30 s), may be the one.
+func (r *release) nodeClean(after string) {
+	t := r.t
+	t.Helper()
+	if out, err := theEnv(t).Exec("nft", "list", "table", "inet", "meshlet"); err == nil {
+		t.Fatalf("the node's table inet meshlet outlived %s:\n%s", after, out)
+	}
+	for _, f := range []string{"checkpoint.json", "claims.json", "debug.sock"} {
+		if _, err := os.Stat(filepath.Join(r.stateDir, f)); !os.IsNotExist(err) {
+			t.Fatalf("%s outlived %s: %v", f, after, err)
+		}
+	}
+	if _, err := os.Stat(r.zt); !os.IsNotExist(err) {
+		t.Fatalf("ztunnel's socket outlived %s: %v", after, err)
+	}
+	waitFor(t, "no mesh ResourceSlice left after "+after, func() bool {
+		slices, err := r.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
+		return err == nil && len(slices.Items) == 0
+	})
+}
+
+// meshletNodeLabel selects, in TestDaemonSetOnKubelet, the nodes meshlet
+// runs on (its chart's nodeSelector).
+const meshletNodeLabel = "example.com/meshlet"
+
+// setNodeLabel sets the label key=value on the cluster's node.
+func setNodeLabel(t testing.TB, c *clusterenv.Cluster, key, value string) {
+	t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
+	if _, err := c.Client.CoreV1().Nodes().Patch(context.Background(), env.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hardenedAdmission writes the API server's admission configuration of a
+// hardened managed cluster (GKE's kind): Pod Security enforces baseline
+// where a namespace says nothing, and pods of the node- and
+// cluster-critical priority classes are admitted only in a namespace with
+// a ResourceQuota covering them. It returns the file's path.
+func hardenedAdmission(t testing.TB) string {
+	t.Helper()
+	const config = `apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+  - name: ResourceQuota
+    configuration:
+      apiVersion: apiserver.config.k8s.io/v1
+      kind: ResourceQuotaConfiguration
+      limitedResources:
+        - resource: pods
+          matchScopes:
+            - scopeName: PriorityClass
+              operator: In
+              values: [system-node-critical, system-cluster-critical]
+  - name: PodSecurity
+    configuration:
+      apiVersion: pod-security.admission.config.k8s.io/v1
+      kind: PodSecurityConfiguration
+      defaults: {enforce: baseline, enforce-version: latest, warn: baseline, warn-version: latest, audit: baseline, audit-version: latest}
+      exemptions: {usernames: [], runtimeClasses: [], namespaces: []}
+`
+	f := filepath.Join(t.TempDir(), "admission.yaml")
+	if err := os.WriteFile(f, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// refusedByHardenedCluster asserts the premise of the hardened cluster:
+// in a namespace without labels or quota, a pod of the node-critical
+// class and a host-network pod are both refused at admission.
+func refusedByHardenedCluster(t *testing.T, c *clusterenv.Cluster) {
+	t.Helper()
+	ctx := context.Background()
+	ns := "hardened-check"
+	if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	critical := basePod("critical")
+	critical.Namespace, critical.Spec.PriorityClassName = ns, "system-node-critical"
+	host := basePod("host")
+	host.Namespace, host.Spec.HostNetwork = ns, true
+	for _, c2 := range []struct {
+		pod  *corev1.Pod
+		want string
+	}{{critical, "insufficient quota to match these scopes"}, {host, `violates PodSecurity "baseline:latest"`}} {
+		_, err := c.Client.CoreV1().Pods(ns).Create(ctx, c2.pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err == nil || !strings.Contains(err.Error(), c2.want) {
+			t.Fatalf("pod %s in a namespace without labels or quota: %v; want it refused (%s)", c2.pod.Name, err, c2.want)
+		}
 	}
 }
 

@@ -44,6 +44,9 @@ type Options struct {
 	// until the kubelet's garbage collection, and its cgroups cannot be
 	// removed while it does.
 	RemoveSandboxes func() error
+	// APIServerArgs are more kube-apiserver flags (e.g. an admission
+	// configuration of a managed cluster's kind).
+	APIServerArgs []string
 	// FeatureGates are set on every component (e.g. DRAConsumableCapacity
 	// off, as on clusters of 1.34 and 1.35).
 	FeatureGates map[string]bool
@@ -149,7 +152,7 @@ func Start(opts Options) (_ *Cluster, err error) {
 	if err := os.MkdirAll(kubeDir, 0o755); err != nil {
 		return nil, err
 	}
-	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath, opts.featureGates()...); err != nil {
+	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath, append(opts.featureGates(), opts.APIServerArgs...)...); err != nil {
 		return nil, err
 	}
 	c.undo = append(c.undo, func() error { c.Kube.Stop(); return nil })
