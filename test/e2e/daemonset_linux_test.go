@@ -40,8 +40,8 @@ type release struct {
 	// chartValues are more values, over install's.
 	chartValues map[string]any
 	dir         string // the release's files on the node
-	zt         string // ztunnel's socket on the node
-	stateDir   string
+	zt          string // ztunnel's socket on the node
+	stateDir    string
 }
 
 // helmCmd runs helm against the cluster (inside the node's netns, where
