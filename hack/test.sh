@@ -39,8 +39,9 @@ GO="${GO:-go}"
 E2E=github.com/meshlet/meshlet/test/e2e
 # The end-to-end tests that need only containerd (and Debian's CNI plugins).
 RUNTIME_TESTS='^(TestFaultsDuringChurn|TestNodeReboot|TestRequiredPluginsMissTheFirstCreateAfterExit|TestNoMeshConnectionDropped)$'
-# The end-to-end tests run on every runtime (onEachRuntime).
-MATRIX_TESTS='^(TestMeshPodLifecycle|TestReplacedSandbox|TestSynchronizeWithReplacedSandboxes|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate)$'
+# The end-to-end tests that need CRI-O and containerd 1.7: those run on
+# every runtime (onEachRuntime), and the DaemonSet on CRI-O.
+MATRIX_TESTS='^(TestMeshPodLifecycle|TestReplacedSandbox|TestSynchronizeWithReplacedSandboxes|TestPackets|TestZtunnelReconnectReplays|TestMeshletRestart|TestRuntimeRestart|TestFailClosedWithoutMeshlet|TestEnrollmentFailureRefusesPod|TestContainerGate|TestDaemonSetOnCRIO)$'
 
 # stamp WHAT... notes on stderr how long into the run WHAT happened: the
 # log of a slow run says which phase was slow.

@@ -83,13 +83,19 @@ func startCluster(t testing.TB, gates map[string]bool) *clusterenv.Cluster {
 // settings; the rest is the test environment's.
 func startClusterWith(t testing.TB, opts clusterenv.Options) *clusterenv.Cluster {
 	t.Helper()
+	return startClusterOn(t, theEnv(t), opts)
+}
+
+// startClusterOn is startClusterWith on the runtime of environment e.
+func startClusterOn(t testing.TB, e *env.Env, opts clusterenv.Options) *clusterenv.Cluster {
+	t.Helper()
 	bin := privtest.RequireEnv(t, clusterenv.BinEnv, "the directory test/env/install-cluster.sh prints (`make test` sets it)")
 	dir, err := os.MkdirTemp("", "mlc") // short: the kubelet's socket paths live under it
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.BinDir, opts.Dir, opts.NetnsPath, opts.CRISocket, opts.NodeName, opts.Logf = bin, dir, theEnv(t).NetnsPath(), theEnv(t).CRISocket, env.NodeName, t.Logf
-	opts.RemoveSandboxes = func() error { _, err := theEnv(t).Crictl("rmp", "--all", "--force"); return err }
+	opts.BinDir, opts.Dir, opts.NetnsPath, opts.CRISocket, opts.NodeName, opts.Logf = bin, dir, e.NetnsPath(), e.CRISocket, env.NodeName, t.Logf
+	opts.RemoveSandboxes = func() error { _, err := e.Crictl("rmp", "--all", "--force"); return err }
 	c, err := clusterenv.Start(opts)
 	if err != nil {
 		t.Fatalf("cluster: %v (logs kept in %s)", err, dir)
@@ -117,11 +123,17 @@ func waitPod(t testing.TB, c *clusterenv.Cluster, p *corev1.Pod, what string, co
 // podSandbox is the pod's ready sandbox and its netns path.
 func podSandbox(t testing.TB, p *corev1.Pod) (id, netns string) {
 	t.Helper()
-	out, err := theEnv(t).Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
+	return podSandboxIn(t, theEnv(t), p)
+}
+
+// podSandboxIn is podSandbox on the runtime of environment e.
+func podSandboxIn(t testing.TB, e *env.Env, p *corev1.Pod) (id, netns string) {
+	t.Helper()
+	out, err := e.Crictl("pods", "-q", "--state", "ready", "--label", "io.kubernetes.pod.uid="+string(p.UID))
 	if id = strings.TrimSpace(out); err != nil || id == "" || strings.Contains(id, "\n") {
 		t.Fatalf("sandbox of pod %s: %q %v", p.Name, out, err)
 	}
-	info, err := theEnv(t).InspectPod(id)
+	info, err := e.InspectPod(id)
 	if err != nil {
 		t.Fatal(err)
 	}

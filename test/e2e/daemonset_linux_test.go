@@ -34,6 +34,7 @@ const meshletNamespace = "meshlet-system"
 type release struct {
 	t          testing.TB
 	c          *clusterenv.Cluster
+	env        *env.Env // the node's runtime
 	helm       string
 	kubeconfig string
 	values     string
@@ -47,7 +48,7 @@ type release struct {
 // helmCmd runs helm against the cluster (inside the node's netns, where
 // the API server listens).
 func (r *release) helmCmd(args ...string) (string, error) {
-	cmd := exec.Command("nsenter", append([]string{"--net=" + theEnv(r.t).NetnsPath(), r.helm,
+	cmd := exec.Command("nsenter", append([]string{"--net=" + r.env.NetnsPath(), r.helm,
 		"--kubeconfig", r.kubeconfig}, args...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
@@ -87,6 +88,12 @@ func buildImage(t testing.TB, version string) {
 // a release (hack/mkimage fetches and caches the packages) when iptables.
 func buildImageWith(t testing.TB, version string, iptables bool) {
 	t.Helper()
+	buildImageInto(t, theEnv(t), version, iptables)
+}
+
+// buildImageInto is buildImageWith into the runtime of environment e.
+func buildImageInto(t testing.TB, e *env.Env, version string, iptables bool) {
+	t.Helper()
 	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
 	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, fmt.Sprintf("-iptables=%v", iptables), "-platforms", "linux/"+runtime.GOARCH)
 	cmd.Dir = moduleRoot(t)
@@ -99,8 +106,8 @@ func buildImageWith(t testing.TB, version string, iptables bool) {
 	if err != nil {
 		t.Fatalf("build image %s: %v\n%s", version, err, out)
 	}
-	if out, err := theEnv(t).ImportImage(tar); err != nil {
-		t.Fatalf("import image %s: %v\n%s", version, err, out)
+	if err := e.ImportImage(tar, "localhost/meshlet/meshlet:"+version); err != nil {
+		t.Fatalf("import image %s: %v", version, err)
 	}
 }
 
@@ -127,6 +134,12 @@ func installMeshlet(t testing.TB, c *clusterenv.Cluster, tag string, config map[
 // first), the state directory.
 func newRelease(t testing.TB, c *clusterenv.Cluster) *release {
 	t.Helper()
+	return newReleaseOn(t, c, theEnv(t))
+}
+
+// newReleaseOn is newRelease on a node whose runtime is environment e's.
+func newReleaseOn(t testing.TB, c *clusterenv.Cluster, e *env.Env) *release {
+	t.Helper()
 	helmDir := privtest.RequireEnv(t, "MESHLET_HELM", "the directory hack/install-helm.sh prints (`make test` sets it)")
 	kubeconfig, err := c.Kube.Kubeconfig()
 	if err != nil {
@@ -137,13 +150,13 @@ func newRelease(t testing.TB, c *clusterenv.Cluster) *release {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	return &release{t: t, c: c, helm: filepath.Join(helmDir, "helm"), kubeconfig: kubeconfig, dir: dir,
+	return &release{t: t, c: c, env: e, helm: filepath.Join(helmDir, "helm"), kubeconfig: kubeconfig, dir: dir,
 		zt: filepath.Join(dir, "ztunnel", "ztunnel.sock"), stateDir: filepath.Join(dir, "state")}
 }
 
 // install installs the chart at image tag with config's flags.
 func (r *release) install(tag string, config map[string]any) {
-	t, e, dir := r.t, theEnv(r.t), r.dir
+	t, e, dir := r.t, r.env, r.dir
 	t.Helper()
 	netnsDir, err := e.NetnsDir()
 	if err != nil {
@@ -256,7 +269,7 @@ func (r *release) connectZtunnel() *mesh {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(zt.Stop)
-	return &mesh{t: r.t, env: theEnv(r.t), socket: r.zt, zt: zt}
+	return &mesh{t: r.t, env: r.env, socket: r.zt, zt: zt}
 }
 
 // ambientPod creates a pod in a namespace labelled for the mesh.
@@ -473,7 +486,7 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 func (r *release) nodeClean(after string) {
 	t := r.t
 	t.Helper()
-	if out, err := theEnv(t).Exec("nft", "list", "table", "inet", "meshlet"); err == nil {
+	if out, err := r.env.Exec("nft", "list", "table", "inet", "meshlet"); err == nil {
 		t.Fatalf("the node's table inet meshlet outlived %s:\n%s", after, out)
 	}
 	for _, f := range []string{"checkpoint.json", "claims.json", "debug.sock"} {

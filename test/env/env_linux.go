@@ -133,7 +133,7 @@ func Start(opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("build image: %w", err)
 	}
 	if kind.imageBefore {
-		if err := kind.loadImage(e, e.path("image.tar")); err != nil {
+		if err := kind.loadImage(e, e.path("image.tar"), Image); err != nil {
 			return nil, fmt.Errorf("load image: %w", err)
 		}
 	}
@@ -141,7 +141,7 @@ func Start(opts Options) (_ *Env, err error) {
 		return nil, err
 	}
 	if !kind.imageBefore {
-		if err := kind.loadImage(e, e.path("image.tar")); err != nil {
+		if err := kind.loadImage(e, e.path("image.tar"), Image); err != nil {
 			return nil, fmt.Errorf("load image: %w", err)
 		}
 	}
@@ -291,9 +291,10 @@ func (e *Env) NetnsDir() (string, error) {
 	return dir, nil
 }
 
-// ImportImage imports an OCI archive into containerd's k8s.io namespace,
-// as `ctr -n k8s.io images import` does on a node without a registry.
-func (e *Env) ImportImage(tar string) (string, error) { return e.ctr("images", "import", tar) }
+// ImportImage imports an OCI archive into the runtime's image store as ref,
+// as a node without a registry would (`ctr -n k8s.io images import`; CRI-O:
+// skopeo copy into its containers-storage).
+func (e *Env) ImportImage(tar, ref string) error { return e.kind.loadImage(e, tar, ref) }
 
 func mustLook(name string) string {
 	p, err := exec.LookPath(name)

@@ -36,9 +36,11 @@ type runtimeKind struct {
 	writeConfig func(e *Env) error
 	// argv is the runtime's command line.
 	argv func(e *Env) []string
-	// loadImage puts the OCI archive tar into the runtime's image store,
-	// before the runtime starts (CRI-O) or after (containerd).
-	loadImage   func(e *Env, tar string) error
+	// loadImage puts the OCI archive tar into the runtime's image store
+	// as ref (containerd takes the name the archive carries), before the
+	// runtime starts (CRI-O, for the environment's own image) or after
+	// (containerd).
+	loadImage   func(e *Env, tar, ref string) error
 	imageBefore bool
 	// netnsDir is where the runtime mounts pods' network namespaces.
 	netnsDir func(e *Env) string
@@ -92,7 +94,7 @@ func containerdArgv(e *Env) []string {
 	return []string{e.runtimeBin("containerd"), "--config", e.path("containerd.toml")}
 }
 
-func ctrImport(e *Env, tar string) error {
+func ctrImport(e *Env, tar, _ string) error {
 	if out, err := e.ctr("images", "import", tar); err != nil {
 		return fmt.Errorf("%w: %s", err, out)
 	}
@@ -221,7 +223,8 @@ state = %[2]q
 // no pause process (drop_infra_ctr); pinns holds a pod's namespaces. Its
 // runc is oomrunc: CRI-O gives its processes a negative oom_score_adj,
 // which a machine without CAP_SYS_RESOURCE refuses, and has no setting to
-// stop it.
+// stop it; and it passes a kubelet's hugepage limits on to runc on a
+// machine with no hugetlb hierarchy mounted.
 func writeCRIOConfig(e *Env) error {
 	for _, d := range []string{"crio.conf.d", "crio/nri/plugins", "crio/nri/conf.d"} {
 		if err := os.MkdirAll(e.path(d), 0o755); err != nil {
@@ -288,10 +291,10 @@ nri_plugin_registration_timeout = "5s"
 	return os.WriteFile(e.path("crio.conf"), []byte(cfg), 0o644)
 }
 
-// skopeoCopy copies the OCI archive into CRI-O's image store, as a node
-// without a registry would load an image.
-func skopeoCopy(e *Env, tar string) error {
-	store := fmt.Sprintf("containers-storage:[overlay@%s+%s]%s", e.path("crio", "root"), e.path("crio", "run"), Image)
+// skopeoCopy copies the OCI archive into CRI-O's image store as ref, as a
+// node without a registry would load an image.
+func skopeoCopy(e *Env, tar, ref string) error {
+	store := fmt.Sprintf("containers-storage:[overlay@%s+%s]%s", e.path("crio", "root"), e.path("crio", "run"), ref)
 	out, err := exec.Command("skopeo", "--policy", e.path("crio", "policy.json"), "copy", "--quiet", "oci-archive:"+tar, store).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("skopeo copy %s: %w: %s", tar, err, out)

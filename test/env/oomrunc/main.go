@@ -1,10 +1,14 @@
 // Command oomrunc is runc for CRI-O on a test machine without
-// CAP_SYS_RESOURCE: CRI-O gives the processes it starts a negative
-// oom_score_adj (and has no setting to stop it), which such a machine
-// refuses, so every container would fail to start. Before a container is
-// created it raises a negative process.oomScoreAdj in the bundle's
-// config.json to 0, then runs runc with the same arguments. Nothing else
-// changes. A test harness's tool, never a node's.
+// CAP_SYS_RESOURCE and without a hugetlb cgroup hierarchy. CRI-O gives the
+// processes it starts a negative oom_score_adj (and has no setting to stop
+// it), which such a machine refuses; and it passes on the kubelet's
+// hugepage limits whenever the kernel lists the hugetlb controller, mounted
+// or not, which runc then cannot set: every such container would fail to
+// start. Before a container is created it raises a negative
+// process.oomScoreAdj in the bundle's config.json to 0 and, where no
+// hugetlb hierarchy is mounted, drops linux.resources.hugepageLimits; then
+// it runs runc with the same arguments. Nothing else changes. A test
+// harness's tool, never a node's.
 package main
 
 import (
@@ -13,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -21,7 +26,7 @@ func main() { os.Exit(run()) }
 
 func run() int {
 	if bundle, ok := createBundle(os.Args[1:]); ok {
-		if err := raiseOOMScoreAdj(filepath.Join(bundle, "config.json")); err != nil {
+		if err := fixConfig(filepath.Join(bundle, "config.json"), hugetlbMounted()); err != nil {
 			fmt.Fprintln(os.Stderr, "oomrunc:", err)
 			return 1
 		}
@@ -60,9 +65,21 @@ func createBundle(args []string) (string, bool) {
 	return wd, err == nil
 }
 
-// raiseOOMScoreAdj rewrites the OCI config's process.oomScoreAdj to 0 if
-// it is negative, keeping every other field as it is.
-func raiseOOMScoreAdj(path string) error {
+// hugetlbMounted reports whether a hugetlb cgroup hierarchy is mounted
+// (cgroup v1's, or the v2 unified hierarchy's controller).
+func hugetlbMounted() bool {
+	if _, err := os.Stat("/sys/fs/cgroup/hugetlb"); err == nil {
+		return true
+	}
+	b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil && slices.Contains(strings.Fields(string(b)), "hugetlb")
+}
+
+// fixConfig rewrites the OCI config's process.oomScoreAdj to 0 if it is
+// negative and, without hugetlb, drops linux.resources.hugepageLimits,
+// keeping every other field as it is. It writes nothing when neither
+// applies.
+func fixConfig(path string, hugetlb bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -71,17 +88,18 @@ func raiseOOMScoreAdj(path string) error {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	var process map[string]json.RawMessage
-	if err := json.Unmarshal(cfg["process"], &process); err != nil {
-		return fmt.Errorf("%s: process: %w", path, err)
+	oom, err := raiseOOMScoreAdj(cfg)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	var adj int
-	if raw, ok := process["oomScoreAdj"]; !ok || json.Unmarshal(raw, &adj) != nil || adj >= 0 {
+	huge := false
+	if !hugetlb {
+		if huge, err = dropHugepageLimits(cfg); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if !oom && !huge {
 		return nil
-	}
-	process["oomScoreAdj"] = json.RawMessage("0")
-	if cfg["process"], err = json.Marshal(process); err != nil {
-		return err
 	}
 	if b, err = json.Marshal(cfg); err != nil {
 		return err
@@ -91,4 +109,46 @@ func raiseOOMScoreAdj(path string) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// raiseOOMScoreAdj sets cfg's process.oomScoreAdj to 0 if it is negative.
+func raiseOOMScoreAdj(cfg map[string]json.RawMessage) (bool, error) {
+	var process map[string]json.RawMessage
+	if err := json.Unmarshal(cfg["process"], &process); err != nil {
+		return false, fmt.Errorf("process: %w", err)
+	}
+	var adj int
+	if raw, ok := process["oomScoreAdj"]; !ok || json.Unmarshal(raw, &adj) != nil || adj >= 0 {
+		return false, nil
+	}
+	process["oomScoreAdj"] = json.RawMessage("0")
+	var err error
+	cfg["process"], err = json.Marshal(process)
+	return true, err
+}
+
+// dropHugepageLimits removes cfg's linux.resources.hugepageLimits.
+func dropHugepageLimits(cfg map[string]json.RawMessage) (bool, error) {
+	raw, ok := cfg["linux"]
+	if !ok {
+		return false, nil
+	}
+	var linux map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &linux); err != nil {
+		return false, fmt.Errorf("linux: %w", err)
+	}
+	var resources map[string]json.RawMessage
+	if r, ok := linux["resources"]; !ok || json.Unmarshal(r, &resources) != nil {
+		return false, nil
+	}
+	if _, ok := resources["hugepageLimits"]; !ok {
+		return false, nil
+	}
+	delete(resources, "hugepageLimits")
+	var err error
+	if linux["resources"], err = json.Marshal(resources); err != nil {
+		return false, err
+	}
+	cfg["linux"], err = json.Marshal(linux)
+	return true, err
 }

@@ -31,17 +31,24 @@ func TestCreateBundle(t *testing.T) {
 	}
 }
 
-func TestRaiseOOMScoreAdj(t *testing.T) {
-	for _, c := range []struct{ in, want string }{
-		{`{"ociVersion":"1.0.2","process":{"oomScoreAdj":-998,"args":["/pause"]}}`, `{"ociVersion":"1.0.2","process":{"args":["/pause"],"oomScoreAdj":0}}`},
-		{`{"process":{"oomScoreAdj":5}}`, `{"process":{"oomScoreAdj":5}}`},
-		{`{"process":{"args":["x"]}}`, `{"process":{"args":["x"]}}`},
+func TestFixConfig(t *testing.T) {
+	for _, c := range []struct {
+		in, want string
+		hugetlb  bool
+	}{
+		{`{"ociVersion":"1.0.2","process":{"oomScoreAdj":-998,"args":["/pause"]}}`, `{"ociVersion":"1.0.2","process":{"args":["/pause"],"oomScoreAdj":0}}`, false},
+		{`{"process":{"oomScoreAdj":5}}`, `{"process":{"oomScoreAdj":5}}`, false},
+		{`{"process":{"args":["x"]}}`, `{"process":{"args":["x"]}}`, false},
+		{`{"process":{"args":["x"]},"linux":{"resources":{"cpu":{"shares":2},"hugepageLimits":[{"pageSize":"2MB","limit":0}]}}}`,
+			`{"process":{"args":["x"]},"linux":{"resources":{"cpu":{"shares":2}}}}`, false},
+		{`{"process":{"args":["x"]},"linux":{"resources":{"hugepageLimits":[{"pageSize":"2MB","limit":0}]}}}`,
+			`{"process":{"args":["x"]},"linux":{"resources":{"hugepageLimits":[{"pageSize":"2MB","limit":0}]}}}`, true},
 	} {
 		path := filepath.Join(t.TempDir(), "config.json")
 		if err := os.WriteFile(path, []byte(c.in), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := raiseOOMScoreAdj(path); err != nil {
+		if err := fixConfig(path, c.hugetlb); err != nil {
 			t.Fatalf("%s: %v", c.in, err)
 		}
 		b, err := os.ReadFile(path)
@@ -63,7 +70,7 @@ func TestRaiseOOMScoreAdj(t *testing.T) {
 	if err := os.WriteFile(bad, []byte(`{"process": [`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := raiseOOMScoreAdj(bad); err == nil {
+	if err := fixConfig(bad, false); err == nil {
 		t.Fatal("a malformed config.json was accepted")
 	}
 }
