@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,6 +71,9 @@ type Fallback struct {
 	cfg     Config
 	deps    Deps
 	serving atomic.Bool
+	// cniDirsChecked: the runtime's CNI directories were compared with
+	// the flags' (once, at the first connection).
+	cniDirsChecked atomic.Bool
 	// recon lists the runtime's pods every ResyncInterval and soon after
 	// a Resync.
 	recon *cri.Reconciler
@@ -182,6 +186,7 @@ func (f *Fallback) dial(ctx context.Context) (cri.Listing, error) {
 		l, err := f.deps.DialRuntime(dctx)
 		cancel()
 		if err == nil {
+			f.checkCNIDirs(ctx, l)
 			return l, nil
 		}
 		if !logged {
@@ -212,4 +217,38 @@ func (t tombstoning) Forget(ctx context.Context, uid, sandboxID string) error {
 	t.f.deleted[sandboxID] = time.Now()
 	t.f.mu.Unlock()
 	return t.f.deps.Core.Forget(ctx, uid, sandboxID)
+}
+
+// cniDirsReporter is a runtime that says where it keeps CNI (containerd).
+type cniDirsReporter interface {
+	CNIDirs(ctx context.Context) (cri.CNIDirs, bool)
+}
+
+// checkCNIDirs logs, once, the runtime's CNI directories as it reports
+// them, and an error when --cni-conf-dir or --cni-bin-dir is not among
+// them: meshlet would chain into a configuration the runtime does not
+// read, or copy meshlet-cni where it does not look.
+func (f *Fallback) checkCNIDirs(ctx context.Context, l cri.Listing) {
+	if !f.cniDirsChecked.CompareAndSwap(false, true) {
+		return
+	}
+	logger := klog.FromContext(ctx).WithValues("confDir", f.cfg.ConfDir, "binDir", f.cfg.BinDir)
+	r, ok := l.(cniDirsReporter)
+	var dirs cri.CNIDirs
+	if ok {
+		ctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
+		dirs, ok = r.CNIDirs(ctx)
+		cancel()
+	}
+	name, version := l.Runtime()
+	logger = logger.WithValues("runtime", name, "runtimeVersion", version)
+	switch {
+	case !ok:
+		logger.Info("The runtime does not report its CNI directories: using the flags'")
+	case dirs.ConfDir != f.cfg.ConfDir || !slices.Contains(dirs.BinDirs, f.cfg.BinDir):
+		logger.Error(nil, "The CNI directories differ from the runtime's: set --cni-conf-dir and --cni-bin-dir (the chart's paths.cniConfDir and paths.cniBinDir, or its platform) to the runtime's",
+			"runtimeConfDir", dirs.ConfDir, "runtimeBinDirs", dirs.BinDirs)
+	default:
+		logger.V(2).Info("The CNI directories are the runtime's", "runtimeBinDirs", dirs.BinDirs)
+	}
 }

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -55,6 +56,12 @@ type Config struct {
 	// lost to an fsnotify overflow or a watch that could not be set.
 	// 0: DefaultResyncInterval.
 	ResyncInterval time.Duration
+	// RuntimeBinDirs, if set, asks the runtime where it looks plugins up
+	// (containerd reports it through CRI); ok is false when it does not
+	// say. BinDir must be one of them, or Install refuses to chain.
+	// Without an answer, Install refuses a BinDir that holds none of the
+	// primary's plugins.
+	RuntimeBinDirs func(ctx context.Context) (dirs []string, ok bool)
 	// OnReassert, if set, is called by Run after each pass that had to
 	// write (the conflist or the binary) with what triggered the pass
 	// ("start", "conf-dir", "bin-dir", "resync", "overflow", "watch",

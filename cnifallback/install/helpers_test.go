@@ -46,7 +46,7 @@ func newEnv(t testing.TB) env {
 	writeFile(t, e.plugin, []byte("#!/bin/sh\n# meshlet-cni stand-in\nexit 0\n"), 0o755)
 	// The primaries' plugins the tests' configs run, where the runtime
 	// would find them (the installer refuses a BinDir without them).
-	for _, p := range primaryPlugins {
+	for _, p := range stubPlugins {
 		writeFile(t, filepath.Join(e.binDir, p), []byte("#!/bin/sh\nexit 0\n"), 0o755)
 	}
 	return e
@@ -61,15 +61,15 @@ func (e env) binExtras(t testing.TB) []string {
 	}
 	var extra []string
 	for _, ent := range ents {
-		if !slices.Contains(primaryPlugins, ent.Name()) {
+		if !slices.Contains(stubPlugins, ent.Name()) {
 			extra = append(extra, ent.Name())
 		}
 	}
 	return extra
 }
 
-// primaryPlugins are the plugin types of the tests' primary configs.
-var primaryPlugins = []string{"bandwidth", "bridge", "calico", "calico-ipam", "cilium-cni", "flannel", "host-local", "istio-cni", "portmap", "ptp", "tuning"}
+// stubPlugins are the plugin types of the tests' primary configs.
+var stubPlugins = []string{"bandwidth", "bridge", "calico", "calico-ipam", "cilium-cni", "flannel", "host-local", "istio-cni", "portmap", "ptp", "tuning"}
 
 func (e env) config() Config {
 	return Config{

@@ -135,7 +135,7 @@ func (in *Installer) pass(ctx context.Context, full bool) (out Outcome, err erro
 	}()
 	// Before anything is written: a wrong plugin directory would make the
 	// chain fail every pod of the node.
-	if err := in.checkPrimaryPlugins(); err != nil {
+	if err := in.checkBinDir(ctx); err != nil {
 		return out, err
 	}
 	out.BinaryWrote, err = in.ensureBinary(full)

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,28 +11,31 @@ import (
 	"strings"
 )
 
-// PluginsMissingError: the primary network's plugins are not in the
-// plugin directory meshlet was given. The runtime runs them from another
-// (BinDir is wrong for this node), and so it would never find meshlet-cni
-// there either: chained, it would fail every new pod of the node, not
-// only mesh pods. meshlet chains nothing then.
-type PluginsMissingError struct {
-	Primary string   // the primary config
-	BinDir  string   // --cni-bin-dir
-	Missing []string // plugin types (and IPAM types) not in BinDir
+// BinDirError: --cni-bin-dir is not where the runtime looks plugins up,
+// so it would never find meshlet-cni there: chained, meshlet-cni would
+// fail every new pod of the node, not only mesh pods. meshlet chains
+// nothing then. Either the runtime said where it looks (RuntimeBinDirs),
+// or BinDir holds none of the primary network's plugins (Missing).
+type BinDirError struct {
+	Primary        string   // the primary config
+	BinDir         string   // --cni-bin-dir
+	RuntimeBinDirs []string // where the runtime says it looks; nil: it did not say
+	Missing        []string // the primary's plugin types (and IPAM types), none in BinDir
 }
 
-func (e *PluginsMissingError) Error() string {
-	return fmt.Sprintf("primary CNI config %s runs plugins that are not in --cni-bin-dir=%s (%s): the runtime takes its plugins from another directory, "+
-		"where it would not find meshlet-cni either, so chaining it would fail every new pod of the node. Not chaining: set --cni-bin-dir "+
-		"(the chart's paths.cniBinDir, or its platform) to the runtime's plugin directory (containerd: bin_dir or bin_dirs of its CRI "+
-		"plugin's cni section; CRI-O: plugin_dirs)", e.Primary, e.BinDir, strings.Join(e.Missing, ", "))
+func (e *BinDirError) Error() string {
+	const tail = ", so chaining meshlet-cni would fail every new pod of the node. Not chaining: set --cni-bin-dir (the chart's paths.cniBinDir, or its platform) to "
+	if e.RuntimeBinDirs != nil {
+		return fmt.Sprintf("--cni-bin-dir=%s is not where the runtime looks plugins up (it reports %s)%sone of those", e.BinDir, strings.Join(e.RuntimeBinDirs, ", "), tail)
+	}
+	return fmt.Sprintf("--cni-bin-dir=%s holds none of the plugins primary CNI config %s runs (%s): the runtime takes its plugins from another directory, where it would not find meshlet-cni either%s"+
+		"the runtime's plugin directory (containerd: bin_dirs in its CRI plugin's cni section; CRI-O: plugin_dirs)", e.BinDir, e.Primary, strings.Join(e.Missing, ", "), tail)
 }
 
-// checkPrimaryPlugins refuses a primary config whose plugins BinDir does
-// not hold (PluginsMissingError). A directory or primary not there yet is
-// not its to report: the pass that follows says so.
-func (in *Installer) checkPrimaryPlugins() error {
+// checkBinDir refuses a BinDir the runtime does not look plugins up in
+// (BinDirError). A directory or primary config not there yet is not its to
+// report: the pass that follows says so.
+func (in *Installer) checkBinDir(ctx context.Context) error {
 	skip := ""
 	if in.cfg.OwnConflist {
 		skip = OwnConflistName
@@ -40,40 +44,48 @@ func (in *Installer) checkPrimaryPlugins() error {
 	if err != nil {
 		return nil
 	}
-	missing, err := missingPlugins(in.cfg.BinDir, sel.primary)
-	if err != nil || len(missing) == 0 {
+	if ask := in.cfg.RuntimeBinDirs; ask != nil {
+		if dirs, ok := ask(ctx); ok {
+			if slices.Contains(dirs, in.cfg.BinDir) {
+				return nil
+			}
+			return &BinDirError{Primary: sel.primary.path, BinDir: in.cfg.BinDir, RuntimeBinDirs: dirs}
+		}
+	}
+	types, missing, err := primaryPlugins(in.cfg.BinDir, sel.primary)
+	if err != nil || len(types) == 0 || len(missing) < len(types) {
 		return err
 	}
-	return &PluginsMissingError{Primary: sel.primary.path, BinDir: in.cfg.BinDir, Missing: missing}
+	return &BinDirError{Primary: sel.primary.path, BinDir: in.cfg.BinDir, Missing: missing}
 }
 
-// missingPlugins lists the plugin types the config f runs (each plugin's
-// type and its IPAM's, as libcni execs them) that dir lacks, sorted and
-// without meshlet-cni (copied there next).
-func missingPlugins(dir string, f *confFile) ([]string, error) {
+// primaryPlugins lists the plugin types the config f runs (each plugin's
+// type and its IPAM's, as libcni execs them), without meshlet-cni, and of
+// those the ones dir lacks, sorted.
+func primaryPlugins(dir string, f *confFile) (types, missing []string, err error) {
 	var plugins []json.RawMessage
 	if f.isList() {
 		cl, err := parseConflist(f.data)
 		if err != nil {
-			return nil, fmt.Errorf("primary CNI config %s: %w", f.path, err)
+			return nil, nil, fmt.Errorf("primary CNI config %s: %w", f.path, err)
 		}
 		plugins = cl.plugins
 	} else {
 		plugins = []json.RawMessage{f.data}
 	}
-	var missing []string
 	for _, raw := range plugins {
 		for _, typ := range []string{pluginType(raw), ipamType(raw)} {
-			if typ == "" || typ == PluginType || slices.Contains(missing, typ) {
+			if typ == "" || typ == PluginType || slices.Contains(types, typ) {
 				continue
 			}
+			types = append(types, typ)
 			if !executableIn(dir, typ) {
 				missing = append(missing, typ)
 			}
 		}
 	}
 	slices.Sort(missing)
-	return missing, nil
+	return types, missing, nil
 }
 
 // ipamType is a plugin's ipam.type, "" without one.

@@ -1,6 +1,7 @@
 package install
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -9,55 +10,74 @@ import (
 	"testing"
 )
 
-// TestInstallRefusesWrongBinDir: a BinDir without the primary's plugins
-// (its types and its IPAM's; one there but not executable counts as
-// missing) is not the runtime's plugin directory: Install writes nothing,
-// neither the binary nor the chain, and says which plugins are missing and
-// what to set. Once they are there it installs.
+// TestInstallRefusesWrongBinDir: a BinDir that is not where the runtime
+// looks plugins up is refused, Install writing nothing (neither the binary
+// nor the chain) and saying what to set. Where the runtime says where it
+// looks, BinDir must be one of those directories (the primary's plugins
+// may be in another); where it does not, a BinDir with none of the
+// primary's plugins (its types and its IPAM's; one there but not
+// executable counts as absent) is refused, and one with some is not.
 func TestInstallRefusesWrongBinDir(t *testing.T) {
+	const bridge = `{"cniVersion":"1.0.0","name":"k8s","plugins":[` +
+		`{"type":"bridge","bridge":"cni0","ipam":{"type":"host-local","ranges":[[{"subnet":"10.1.0.0/16"}]]}},` +
+		`{"type":"portmap","capabilities":{"portMappings":true}}]}`
 	for _, c := range []struct {
-		name, data string
-		missing    []string
+		name, file, data string
+		absent           []string // removed from BinDir
+		runtime          []string // the runtime's bin dirs ("BIN": BinDir); nil: it does not say
+		refused          bool
+		want             []string // in the error
 	}{
-		{"10-bridge.conflist", `{"cniVersion":"1.0.0","name":"k8s","plugins":[` +
-			`{"type":"bridge","bridge":"cni0","ipam":{"type":"host-local","ranges":[[{"subnet":"10.1.0.0/16"}]]}},` +
-			`{"type":"portmap","capabilities":{"portMappings":true}}]}`, []string{"host-local", "portmap"}},
-		{"10-ptp.conf", `{"cniVersion":"0.4.0","name":"k8s","type":"ptp","ipam":{"type":"static"}}`, []string{"ptp", "static"}},
+		{"none of the plugins", "10-bridge.conflist", bridge, []string{"bridge", "host-local", "portmap"}, nil, true,
+			[]string{"holds none of the plugins", "bridge, host-local, portmap", "paths.cniBinDir", "10-bridge.conflist"}},
+		{"a .conf's plugin and IPAM", "10-ptp.conf", `{"cniVersion":"0.4.0","name":"k8s","type":"ptp","ipam":{"type":"static"}}`,
+			[]string{"ptp", "static"}, nil, true, []string{"ptp, static"}},
+		{"some of the plugins", "10-bridge.conflist", bridge, []string{"host-local", "portmap"}, nil, false, nil},
+		{"not one of the runtime's", "10-bridge.conflist", bridge, nil, []string{"/opt/cni/bin", "/usr/lib/cni"}, true,
+			[]string{"is not where the runtime looks plugins up", "/opt/cni/bin, /usr/lib/cni", "paths.cniBinDir"}},
+		{"one of the runtime's, plugins in another", "10-bridge.conflist", bridge, []string{"bridge", "host-local", "portmap"},
+			[]string{"/usr/lib/cni", "BIN"}, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
-			for _, p := range c.missing {
+			for _, p := range c.absent {
 				if err := os.Remove(filepath.Join(e.binDir, p)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					t.Fatal(err)
 				}
 			}
-			// There, but not a program the runtime could run.
-			writeFile(t, filepath.Join(e.binDir, c.missing[0]), []byte("not a program"), 0o644)
-			writeFile(t, e.conf(c.name), []byte(c.data), 0o644)
-			confBefore, binBefore := takeSnapshot(t, e.confDir), takeSnapshot(t, e.binDir)
-			in := newInstaller(t, e.config())
-			_, err := in.Install(testCtx(t))
-			var pm *PluginsMissingError
-			if !errors.As(err, &pm) || !slices.Equal(pm.Missing, c.missing) || pm.Primary != e.conf(c.name) || pm.BinDir != e.binDir {
-				t.Fatalf("Install: %v, want the plugins %v missing from %s", err, c.missing, e.binDir)
+			if len(c.absent) > 0 {
+				// There, but not a program the runtime could run.
+				writeFile(t, filepath.Join(e.binDir, c.absent[0]), []byte("not a program"), 0o644)
 			}
-			for _, want := range append([]string{"--cni-bin-dir=" + e.binDir, "paths.cniBinDir", e.conf(c.name)}, c.missing...) {
+			writeFile(t, e.conf(c.file), []byte(c.data), 0o644)
+			cfg := e.config()
+			if c.runtime != nil {
+				dirs := slices.Clone(c.runtime)
+				if i := slices.Index(dirs, "BIN"); i >= 0 {
+					dirs[i] = e.binDir
+				}
+				cfg.RuntimeBinDirs = func(context.Context) ([]string, bool) { return dirs, true }
+			}
+			confBefore, binBefore := takeSnapshot(t, e.confDir), takeSnapshot(t, e.binDir)
+			in := newInstaller(t, cfg)
+			_, err := in.Install(testCtx(t))
+			if !c.refused {
+				if err != nil || !in.Installed() {
+					t.Fatalf("Install: %v, want it installed", err)
+				}
+				return
+			}
+			var bd *BinDirError
+			if !errors.As(err, &bd) || bd.BinDir != e.binDir || bd.Primary != e.conf(c.file) || in.Installed() {
+				t.Fatalf("Install: %v (installed %v), want a BinDirError for %s", err, in.Installed(), e.binDir)
+			}
+			for _, want := range append([]string{"--cni-bin-dir=" + e.binDir}, c.want...) {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not name %q", err, want)
 				}
 			}
-			if in.Installed() {
-				t.Error("Installed after a refusal")
-			}
 			sameFiles(t, confBefore, takeSnapshot(t, e.confDir))
 			sameFiles(t, binBefore, takeSnapshot(t, e.binDir))
-
-			for _, p := range c.missing {
-				writeFile(t, filepath.Join(e.binDir, p), []byte("#!/bin/sh\nexit 0\n"), 0o755)
-			}
-			if _, err := in.Install(testCtx(t)); err != nil || !in.Installed() {
-				t.Fatalf("Install with the plugins in place: %v", err)
-			}
 		})
 	}
 }

@@ -249,6 +249,11 @@ func TestCNIMode(t *testing.T) {
 	if ok, conf := cc.chained(cc.env.PrimaryConflist()); !ok {
 		t.Fatalf("meshlet-cni is not chained last in the primary conflist:\n%s", conf)
 	}
+	// Ready, it has compared its CNI directories with the ones containerd
+	// reports: the same.
+	if log, err := os.ReadFile(m.meshlet.LogPath); err != nil || strings.Contains(string(log), "differ from the runtime's") {
+		t.Fatalf("meshlet's CNI directories are the runtime's, yet (%v):\n%s", err, log)
+	}
 	// meshlet enable-nri names the runtime and what to set for it.
 	out, err := exec.Command(cc.env.Meshlet, "enable-nri", "--nri-socket="+cc.env.NRISocket, "--cri-socket="+cc.env.CRISocket).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "containerd 2.4.2") || !strings.Contains(string(out), "[plugins.'io.containerd.nri.v1.nri']") ||

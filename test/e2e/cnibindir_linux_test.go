@@ -14,8 +14,9 @@ import (
 // runtime does not use (--cni-bin-dir, the chart's paths.cniBinDir, set
 // wrong), meshlet refuses to chain meshlet-cni, which the runtime would not
 // find there and so would fail every new pod of the node; it writes
-// nothing, says which plugins are missing and what to set, is not ready;
-// and the node's pods keep starting.
+// nothing, names the directories the runtime (asked through CRI) looks
+// plugins up in and what to set, is not ready; and the node's pods keep
+// starting.
 func TestCNIModeRefusesWrongBinDir(t *testing.T) {
 	cc := startCNICluster(t)
 	original, err := os.ReadFile(cc.env.PrimaryConflist())
@@ -32,13 +33,15 @@ func TestCNIModeRefusesWrongBinDir(t *testing.T) {
 			t.Errorf("meshlet stop: %v", err)
 		}
 	})
+	// containerd says where it looks plugins up (CRI status): meshlet
+	// refuses a directory not among them, naming them and what to set.
 	var log string
 	waitFor(t, "meshlet's refusal in its log", func() bool {
 		b, _ := os.ReadFile(ml.LogPath)
 		log = string(b)
-		return strings.Contains(log, "runs plugins that are not in --cni-bin-dir="+wrong)
+		return strings.Contains(log, "--cni-bin-dir="+wrong+" is not where the runtime looks plugins up")
 	})
-	for _, want := range []string{"bridge", "host-local", "paths.cniBinDir", "Not chaining"} {
+	for _, want := range []string{"it reports " + cc.env.CNIBinDir(), "paths.cniBinDir", "Not chaining"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("meshlet's refusal does not name %q:\n%s", want, log)
 		}
