@@ -199,19 +199,20 @@ const draDiscoveryWait = 10 * time.Second
 
 // apiServesDRA is whether meshlet runs its DRA driver (--dra): yes unless
 // the API server says it does not serve resource.k8s.io/v1's DeviceClasses,
-// ResourceClaims and ResourceSlices (a cluster older than 1.34, or one
-// with the group turned off), which this says once. An API server that
-// does not answer in time gets the driver, which waits for it.
+// ResourceClaims and ResourceSlices in Kubernetes 1.37 or later (a cluster
+// older than that, or one with the group turned off), which this says
+// once. An API server that does not answer in time gets the driver, which
+// waits for it.
 func apiServesDRA(ctx context.Context, api *apiClients) bool {
 	logger := klog.FromContext(ctx)
-	served, err := kube.ServesDRA(ctx, api.client, draDiscoveryWait)
+	served, why, err := kube.ServesDRA(ctx, api.client, draDiscoveryWait)
 	switch {
 	case err != nil:
 		logger.Info("Cannot tell whether the API server serves DRA: starting the DRA plugin", "err", err)
 		return true
 	case !served:
-		logger.Info("The API server does not serve resource.k8s.io/v1 (DeviceClasses, ResourceClaims, ResourceSlices): running without DRA; no mesh device, pods join the mesh by their namespace's label",
-			"flag", "--dra")
+		logger.Info("The API server does not serve DRA as meshlet needs it: running without DRA; no mesh device, pods join the mesh by their namespace's label",
+			"why", why, "flag", "--dra")
 		return false
 	}
 	return true

@@ -10,23 +10,29 @@ import (
 
 // cniDirsReporter is a runtime that says where it keeps CNI (containerd).
 type cniDirsReporter interface {
-	CNIDirs(ctx context.Context) (cri.CNIDirs, bool)
+	CNIDirs(ctx context.Context) (cri.CNIDirs, bool, error)
 }
 
 var _ cniDirsReporter = (*cri.Lister)(nil)
 
+// runtimeDirsTTL is how long an answer of the runtime is kept: the
+// installer asks at every pass, and the runtime's configuration changes
+// only with a restart of its own.
+const runtimeDirsTTL = time.Minute
+
 // runtimeBinDirs asks the runtime on criSocket (CRI Status) where it looks
-// CNI plugins up, for CNI mode's installer. Once the runtime has answered,
-// saying or not, the answer is kept: the installer asks at every pass, and
-// the runtime's configuration changes only with a restart of its own.
+// CNI plugins up, for CNI mode's installer. An answer, saying or not, is
+// kept runtimeDirsTTL; a runtime that does not answer is asked again at
+// the next pass.
 func runtimeBinDirs(criSocket string) func(ctx context.Context) ([]string, bool) {
 	var mu sync.Mutex
-	var answered, ok bool
+	var at time.Time
+	var ok bool
 	var dirs []string
 	return func(ctx context.Context) ([]string, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if answered {
+		if !at.IsZero() && time.Since(at) < runtimeDirsTTL {
 			return dirs, ok
 		}
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -36,12 +42,16 @@ func runtimeBinDirs(criSocket string) func(ctx context.Context) ([]string, bool)
 			return nil, false
 		}
 		defer l.Close()
-		answered = true
-		if r, reports := l.(cniDirsReporter); reports {
-			var d cri.CNIDirs
-			d, ok = r.CNIDirs(ctx)
-			dirs = d.BinDirs
+		r, reports := l.(cniDirsReporter)
+		if !reports {
+			at, dirs, ok = time.Now(), nil, false
+			return nil, false
 		}
+		d, said, err := r.CNIDirs(ctx)
+		if err != nil {
+			return nil, false
+		}
+		at, dirs, ok = time.Now(), d.BinDirs, said
 		return dirs, ok
 	}
 }

@@ -19,37 +19,32 @@ import (
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
-// uninstalling is whether this meshlet stops as its node's last
-// (kube.Departure): its DaemonSet deleted, the node no longer selected by
-// it, or its access to the API server revoked. It takes its state off the
-// node then. On an update, a restart or a node shutdown the DaemonSet
-// remains and everything stays for the next meshlet. The watch has usually
-// seen a deletion already; otherwise the API server is asked once.
-// Without meshlet's own pod (--pod-name) or an answer, it keeps
-// everything: removing the CNI chain or the checkpoint of a meshlet that
-// is only restarting would let mesh pods start unmeshed.
-func uninstalling(ctx context.Context, cfg Config, api *apiClients, ds *kube.DaemonSetWatch) bool {
+// departure is why this meshlet may be its node's last (kube.Departure):
+// its DaemonSet deleted, or the node no longer selected by it (an
+// uninstall on the node: it takes its state off the node); its access to
+// the API server forbidden (it cannot tell); else Stays. On an update, a
+// restart or a node shutdown the DaemonSet remains and everything stays
+// for the next meshlet. The watch has usually seen a deletion already;
+// otherwise the API server is asked once. Without meshlet's own pod
+// (--pod-name) or an answer, it keeps everything: removing the CNI chain
+// or the checkpoint of a meshlet that is only restarting would let mesh
+// pods start unmeshed.
+func departure(ctx context.Context, cfg Config, api *apiClients, ds *kube.DaemonSetWatch) kube.Departure {
 	logger := klog.FromContext(ctx)
 	if api == nil || cfg.PodName == "" {
 		logger.V(2).Info("Not checking for an uninstall: meshlet's own pod is not known (--pod-name)")
-		return false
+		return kube.Stays
 	}
 	if ds != nil && ds.Removed() {
-		logger.Info("Uninstalling from the node: removing meshlet's state", "why", kube.DaemonSetDeleted)
-		return true
+		return kube.DaemonSetDeleted
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	why, err := kube.Departing(ctx, api.client, cfg.PodNamespace, cfg.PodName, cfg.NodeName)
-	switch {
-	case err != nil:
+	if err != nil {
 		logger.Info("Keeping meshlet's state on the node: cannot tell an uninstall from an update", "err", err)
-		return false
-	case why != kube.Stays:
-		logger.Info("Uninstalling from the node: removing meshlet's state", "why", why)
-		return true
 	}
-	return false
+	return why
 }
 
 // uninstallParts are what an uninstall takes off the node.
@@ -70,7 +65,18 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 	logger := klog.FromContext(ctx)
 	uninstall := false
 	lc.onStop("uninstall: pods and CNI chain", func() {
-		uninstall = uninstalling(ctx, cfg, api, ds)
+		why := departure(ctx, cfg, api, ds)
+		uninstall = why == kube.DaemonSetDeleted || why == kube.NodeDeselected
+		switch {
+		case uninstall:
+			logger.Info("Uninstalling from the node: removing meshlet's state", "why", why)
+		case why == kube.AccessRevoked:
+			// An uninstall that took the role binding first, or an update
+			// that renamed the account: safe both ways is to leave no CNI
+			// entry refusing the node's pods, and the pods' rules and the
+			// checkpoint for a next meshlet, which re-chains at start.
+			logger.Info("Cannot tell an uninstall from an update: taking meshlet-cni out of the CNI chain so that no pod is refused while no meshlet serves the node; keeping the pods' rules and the checkpoint", "why", why)
+		}
 		switch {
 		case uninstall && cfg.UnmeshOnUninstall:
 			if err := parts.core.UnmeshAll(context.WithoutCancel(ctx)); err != nil {
@@ -80,7 +86,7 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 			handBack(context.WithoutCancel(ctx), parts)
 		}
 		switch {
-		case uninstall:
+		case uninstall || why == kube.AccessRevoked:
 			// In either mode: an entry left behind would fail every pod
 			// outside its excluded namespaces. The binary stays.
 			removeStaleCNI(context.WithoutCancel(ctx), cfg)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -221,7 +222,7 @@ func (t tombstoning) Forget(ctx context.Context, uid, sandboxID string) error {
 
 // cniDirsReporter is a runtime that says where it keeps CNI (containerd).
 type cniDirsReporter interface {
-	CNIDirs(ctx context.Context) (cri.CNIDirs, bool)
+	CNIDirs(ctx context.Context) (cri.CNIDirs, bool, error)
 }
 
 // checkCNIDirs logs, once, the runtime's CNI directories as it reports
@@ -237,15 +238,20 @@ func (f *Fallback) checkCNIDirs(ctx context.Context, l cri.Listing) {
 	var dirs cri.CNIDirs
 	if ok {
 		ctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
-		dirs, ok = r.CNIDirs(ctx)
+		var err error
+		dirs, ok, err = r.CNIDirs(ctx)
 		cancel()
+		if err != nil {
+			logger.Info("Cannot ask the runtime for its CNI directories", "err", err)
+			return
+		}
 	}
 	name, version := l.Runtime()
 	logger = logger.WithValues("runtime", name, "runtimeVersion", version)
 	switch {
 	case !ok:
 		logger.Info("The runtime does not report its CNI directories: using the flags'")
-	case dirs.ConfDir != f.cfg.ConfDir || !slices.Contains(dirs.BinDirs, f.cfg.BinDir):
+	case filepath.Clean(dirs.ConfDir) != filepath.Clean(f.cfg.ConfDir) || !slices.ContainsFunc(dirs.BinDirs, func(d string) bool { return filepath.Clean(d) == filepath.Clean(f.cfg.BinDir) }):
 		logger.Error(nil, "The CNI directories differ from the runtime's: set --cni-conf-dir and --cni-bin-dir (the chart's paths.cniConfDir and paths.cniBinDir, or its platform) to the runtime's",
 			"runtimeConfDir", dirs.ConfDir, "runtimeBinDirs", dirs.BinDirs)
 	default:

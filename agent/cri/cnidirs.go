@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -17,14 +18,15 @@ type CNIDirs struct {
 
 // CNIDirs asks the runtime where it keeps CNI (CRI Status, verbose).
 // containerd reports its CRI plugin's cni section (1.7: binDir, 2.x:
-// binDirs); a runtime that reports none (CRI-O) or does not answer: ok is
-// false.
-func (l *Lister) CNIDirs(ctx context.Context) (dirs CNIDirs, ok bool) {
+// binDirs); a runtime that reports none (CRI-O): ok is false. err: the
+// runtime did not answer.
+func (l *Lister) CNIDirs(ctx context.Context) (dirs CNIDirs, ok bool, err error) {
 	resp, err := l.client.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
 	if err != nil {
-		return CNIDirs{}, false
+		return CNIDirs{}, false, fmt.Errorf("CRI status of %s: %w", l.endpoint, err)
 	}
-	return parseCNIDirs(resp.GetInfo()["config"])
+	dirs, ok = parseCNIDirs(resp.GetInfo()["config"])
+	return dirs, ok, nil
 }
 
 // parseCNIDirs reads the cni section of containerd's verbose status

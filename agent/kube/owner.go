@@ -18,18 +18,18 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// ownerDaemonSet returns the name and UID of the DaemonSet that controls
-// the pod namespace/name.
-func ownerDaemonSet(ctx context.Context, client kubernetes.Interface, namespace, name string) (string, types.UID, error) {
+// ownerDaemonSet returns the pod namespace/name and the name and UID of
+// the DaemonSet that controls it.
+func ownerDaemonSet(ctx context.Context, client kubernetes.Interface, namespace, name string) (*corev1.Pod, string, types.UID, error) {
 	pod, err := client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return "", "", fmt.Errorf("own pod %s/%s: %w", namespace, name, err)
+		return nil, "", "", fmt.Errorf("own pod %s/%s: %w", namespace, name, err)
 	}
 	owner := metav1.GetControllerOf(pod)
 	if owner == nil || owner.Kind != "DaemonSet" {
-		return "", "", fmt.Errorf("own pod %s/%s is not controlled by a DaemonSet", namespace, name)
+		return nil, "", "", fmt.Errorf("own pod %s/%s is not controlled by a DaemonSet", namespace, name)
 	}
-	return owner.Name, owner.UID, nil
+	return pod, owner.Name, owner.UID, nil
 }
 
 // removed is whether ds (nil: not found) is no longer the DaemonSet uid.
@@ -37,10 +37,12 @@ func removed(ds *appsv1.DaemonSet, uid types.UID) bool {
 	return ds == nil || ds.UID != uid || ds.DeletionTimestamp != nil
 }
 
-// A Departure says why a stopping meshlet is its node's last: no meshlet
-// of its DaemonSet will serve the node after it, so it takes its state off
-// the node (an uninstall on that node). Stays, on an update, a restart, a
-// drain or a node shutdown, keeps everything for the next meshlet.
+// A Departure says why a stopping meshlet may be its node's last.
+// DaemonSetDeleted and NodeDeselected: no meshlet of its DaemonSet will
+// serve the node after it, so it takes its state off the node (an
+// uninstall on that node). AccessRevoked: it cannot tell. Stays, on an
+// update, a restart, a drain or a node shutdown, keeps everything for the
+// next meshlet.
 type Departure string
 
 const (
@@ -48,28 +50,32 @@ const (
 	// DaemonSetDeleted: the DaemonSet is deleted or being deleted (helm
 	// uninstall, kubectl delete), or replaced by another of that name.
 	DaemonSetDeleted Departure = "meshlet's DaemonSet is deleted"
-	// NodeDeselected: the DaemonSet's node selector or required node
-	// affinity no longer matches the node (its labels changed, or the
-	// DaemonSet's selector did): the DaemonSet controller deletes the pod
-	// and starts none there.
+	// NodeDeselected: meshlet's pod is being deleted and the DaemonSet's
+	// node selector or required node affinity no longer matches the node
+	// (its labels changed, or the DaemonSet's selector did): the DaemonSet
+	// controller deletes the pod and starts none there. A container
+	// restart (the pod not deleted) is not one, whatever the labels.
 	NodeDeselected Departure = "meshlet's DaemonSet no longer selects this node"
-	// AccessRevoked: the API server refuses meshlet's own pod or DaemonSet
-	// to meshlet's service account (Forbidden or Unauthorized). Only an
-	// uninstall takes meshlet's role binding or account away (kubectl
-	// delete -f deletes them beside the DaemonSet, in any order): a meshlet
-	// that stayed would leave the node fail-closed with no one to open it.
-	AccessRevoked Departure = "the API server refuses meshlet's service account: its role binding or account is deleted"
+	// AccessRevoked: the API server forbids meshlet's own pod or DaemonSet
+	// to its service account. An uninstall that deleted meshlet's role
+	// binding before its pod stopped looks so (kubectl delete -f deletes
+	// them in any order), and a meshlet that kept its CNI entry then would
+	// leave the node refusing pods with no one to serve them; but so does
+	// an update that renames the account, or an authorizer's hiccup. The
+	// caller does what is safe both ways.
+	AccessRevoked Departure = "the API server forbids meshlet's own pod and DaemonSet to its service account"
 )
 
 // Departing tells whether the meshlet of pod namespace/name, on node, is
 // its node's last (see Departure). A pod without a DaemonSet owner, a pod
-// or node that is already gone, or any other error says nothing: Stays,
-// with err saying why, so that the caller keeps what it installed.
+// or node that is already gone, a token the API server no longer accepts
+// (Unauthorized: its pod or account is gone, or the authenticator failed)
+// or any other error says nothing: Stays, with err saying why, so that
+// the caller keeps what it installed.
 func Departing(ctx context.Context, client kubernetes.Interface, namespace, name, node string) (Departure, error) {
-	revoked := func(err error) bool { return apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) }
-	dsName, uid, err := ownerDaemonSet(ctx, client, namespace, name)
+	pod, dsName, uid, err := ownerDaemonSet(ctx, client, namespace, name)
 	if err != nil {
-		if revoked(err) {
+		if apierrors.IsForbidden(err) {
 			return AccessRevoked, nil
 		}
 		return Stays, err
@@ -78,19 +84,23 @@ func Departing(ctx context.Context, client kubernetes.Interface, namespace, name
 	switch {
 	case apierrors.IsNotFound(err):
 		return DaemonSetDeleted, nil
-	case revoked(err):
+	case apierrors.IsForbidden(err):
 		return AccessRevoked, nil
 	case err != nil:
 		return Stays, fmt.Errorf("DaemonSet %s/%s: %w", namespace, dsName, err)
 	case removed(ds, uid):
 		return DaemonSetDeleted, nil
+	case pod.DeletionTimestamp == nil:
+		return Stays, nil // a container restart: the pod stays on the node
 	}
 	n, err := client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if err != nil {
 		return Stays, fmt.Errorf("node %s, to match DaemonSet %s/%s's node selector: %w", node, namespace, dsName, err)
 	}
-	// The DaemonSet controller's own test (NodeShouldRunDaemonPod): the
-	// template's nodeSelector and required node affinity.
+	// The DaemonSet controller's test (NodeShouldRunDaemonPod) for the
+	// template's nodeSelector and required node affinity. Its taint test is
+	// left out: the chart tolerates every taint, and the controller adds
+	// tolerations of its own to the pods, not to the template.
 	match, err := nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: ds.Spec.Template.Spec}).Match(n)
 	if err != nil {
 		return Stays, fmt.Errorf("DaemonSet %s/%s's node affinity: %w", namespace, dsName, err)
@@ -124,7 +134,7 @@ func WatchDaemonSet(ctx context.Context, client kubernetes.Interface, namespace,
 		for backoff := time.Second; ctx.Err() == nil; backoff = min(2*backoff, time.Minute) {
 			var err error
 			if dsName == "" {
-				dsName, uid, err = ownerDaemonSet(ctx, client, namespace, name)
+				_, dsName, uid, err = ownerDaemonSet(ctx, client, namespace, name)
 			}
 			if err == nil {
 				err = w.watch(ctx, client, namespace, dsName, uid)

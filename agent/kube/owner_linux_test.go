@@ -9,6 +9,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -56,8 +58,23 @@ func TestDeparting(t *testing.T) {
 	check("pod gone", rc, "nosuchpod", kube.Stays, true)
 
 	// The node leaves the DaemonSet's node selector: its labels change,
-	// then the DaemonSet's selector does.
+	// then the DaemonSet's selector does. Only a pod being deleted is
+	// leaving: a container restart meanwhile is not.
 	setNodeLabel(t, c, mesh, "false")
+	check("container restart on a node relabelled out of the node selector", rc, "meshlet-a", kube.Stays, false)
+	p, err := c.CoreV1().Pods(ns).Get(ctx, "meshlet-a", metav1.GetOptions{})
+	must(t, err)
+	p.Finalizers = []string{"example.com/hold"} // deleted, not gone
+	_, err = c.CoreV1().Pods(ns).Update(ctx, p, metav1.UpdateOptions{})
+	must(t, err)
+	must(t, c.CoreV1().Pods(ns).Delete(ctx, "meshlet-a", metav1.DeleteOptions{}))
+	t.Cleanup(func() {
+		p, err := c.CoreV1().Pods(ns).Get(context.Background(), "meshlet-a", metav1.GetOptions{})
+		if err == nil {
+			p.Finalizers = nil
+			_, _ = c.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{})
+		}
+	})
 	check("node relabelled out of the node selector", rc, "meshlet-a", kube.NodeDeselected, false)
 	setNodeLabel(t, c, mesh, "true")
 	check("node relabelled back", rc, "meshlet-a", kube.Stays, false)
@@ -77,7 +94,36 @@ func TestDeparting(t *testing.T) {
 
 	// A service account with no role binding: what meshlet sees once an
 	// uninstall has deleted its ClusterRoleBinding before its pod stopped.
-	check("role binding gone", unboundAccount(t, c), "meshlet-a", kube.AccessRevoked, false)
+	none, _ := tokenClient(t, c, "unbound")
+	check("role binding gone", none, "meshlet-a", kube.AccessRevoked, false)
+	// A token whose pod is gone is refused (Unauthorized): that says
+	// nothing about an uninstall.
+	gone, bound := tokenClient(t, c, "meshlet-a-token")
+	bindRole(t, c, bound.Namespace, "meshlet-a-token")
+	check("token of a live pod", gone, "meshlet-a", kube.Stays, false)
+	zero := int64(0)
+	must(t, c.CoreV1().Pods(bound.Namespace).Delete(ctx, bound.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+	goneBy := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := c.CoreV1().Pods(bound.Namespace).Get(ctx, bound.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(goneBy) {
+			t.Fatal("the token's pod is not gone within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The API server notices the pod's deletion through its caches.
+	for {
+		got, err := kube.Departing(ctx, gone, ns, "meshlet-a", node)
+		if apierrors.IsUnauthorized(err) && got == kube.Stays {
+			break
+		}
+		if time.Now().After(goneBy) {
+			t.Fatalf("token of a pod gone: %q, %v; want Stays, Unauthorized", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 
 	// The watch sees the deletion below while the role still allows it.
 	wctx, cancel := context.WithCancel(ctx)
@@ -120,21 +166,35 @@ func setNodeLabel(t *testing.T, c kubernetes.Interface, key, value string) {
 	must(t, err)
 }
 
-// unboundAccount is a client of a service account no role is bound to,
-// with a token bound to a pod on the test's node, as meshlet's is.
-func unboundAccount(t *testing.T, c kubernetes.Interface) kubernetes.Interface {
+// tokenClient is a client of a new service account sa (no role bound to
+// it), with a token bound to a pod on the test's node, as meshlet's is;
+// and that pod.
+func tokenClient(t *testing.T, c kubernetes.Interface, sa string) (kubernetes.Interface, *corev1.Pod) {
 	t.Helper()
 	ctx := context.Background()
 	ns := namespace(t, c, nil)
-	p := podOn(t, c, node, ns, "unbound", "unbound", nil)
-	tok, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, "unbound", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
+	p := podOn(t, c, node, ns, sa, sa, nil)
+	tok, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
 		ExpirationSeconds: ptr(int64(3600)),
 		BoundObjectRef:    &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
 	}}, metav1.CreateOptions{})
 	must(t, err)
 	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
 	must(t, err)
-	return rc
+	return rc, p
+}
+
+// bindRole binds deploy/rbac.yaml's ClusterRole to the service account
+// ns/sa.
+func bindRole(t *testing.T, c kubernetes.Interface, ns, sa string) {
+	t.Helper()
+	applyRBAC(t, c)
+	_, err := c.RbacV1().ClusterRoleBindings().Create(context.Background(), &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "meshlet-" + ns + "-" + sa},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "meshlet"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{})
+	must(t, err)
 }
 
 // TestSiblingOnNode: with meshlet's role, a meshlet finds the running pod

@@ -15,7 +15,7 @@ import (
 // the previous meshlet this one replaces. "" with a nil error: there is
 // none (whatever holds the node lock is not meshlet's previous pod).
 func SiblingOnNode(ctx context.Context, client kubernetes.Interface, namespace, name, nodeName string) (string, error) {
-	_, uid, err := ownerDaemonSet(ctx, client, namespace, name)
+	_, _, uid, err := ownerDaemonSet(ctx, client, namespace, name)
 	if err != nil {
 		return "", err
 	}

@@ -46,7 +46,7 @@ func (in *Installer) checkBinDir(ctx context.Context) error {
 	}
 	if ask := in.cfg.RuntimeBinDirs; ask != nil {
 		if dirs, ok := ask(ctx); ok {
-			if slices.Contains(dirs, in.cfg.BinDir) {
+			if slices.ContainsFunc(dirs, func(d string) bool { return sameDir(d, in.cfg.BinDir) }) {
 				return nil
 			}
 			return &BinDirError{Primary: sel.primary.path, BinDir: in.cfg.BinDir, RuntimeBinDirs: dirs}
@@ -113,4 +113,15 @@ func executableIn(dir, name string) bool {
 		return false
 	}
 	return fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0
+}
+
+// sameDir is whether a and b name one directory: the same path cleaned,
+// or the same once symbolic links are followed (k3s's bin_dir is one).
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	return errA == nil && errB == nil && ra == rb
 }

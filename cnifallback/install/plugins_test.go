@@ -37,6 +37,8 @@ func TestInstallRefusesWrongBinDir(t *testing.T) {
 			[]string{"is not where the runtime looks plugins up", "/opt/cni/bin, /usr/lib/cni", "paths.cniBinDir"}},
 		{"one of the runtime's, plugins in another", "10-bridge.conflist", bridge, []string{"bridge", "host-local", "portmap"},
 			[]string{"/usr/lib/cni", "BIN"}, false, nil},
+		{"one of the runtime's, spelt with a slash", "10-bridge.conflist", bridge, nil, []string{"BIN/"}, false, nil},
+		{"one of the runtime's, through a symbolic link", "10-bridge.conflist", bridge, nil, []string{"LINK"}, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -53,8 +55,18 @@ func TestInstallRefusesWrongBinDir(t *testing.T) {
 			cfg := e.config()
 			if c.runtime != nil {
 				dirs := slices.Clone(c.runtime)
-				if i := slices.Index(dirs, "BIN"); i >= 0 {
-					dirs[i] = e.binDir
+				for i, d := range dirs {
+					switch d {
+					case "BIN":
+						dirs[i] = e.binDir
+					case "BIN/":
+						dirs[i] = e.binDir + "/"
+					case "LINK":
+						dirs[i] = filepath.Join(t.TempDir(), "bin")
+						if err := os.Symlink(e.binDir, dirs[i]); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 				cfg.RuntimeBinDirs = func(context.Context) ([]string, bool) { return dirs, true }
 			}

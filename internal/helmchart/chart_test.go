@@ -282,7 +282,7 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "dra.driverName=Mesh_Driver"}, []string{"/dra/driverName"}},
 		{[]string{"--set", "image.pullPolicy=Sometimes"}, []string{"/image/pullPolicy"}},
 		{[]string{"--set", "updateStrategy.rollingUpdate.maxSurge=lots"}, []string{"/updateStrategy/rollingUpdate/maxSurge"}},
-		{[]string{"--set", "updateStrategy.maxSurge=1"}, []string{"/updateStrategy", "maxSurge"}},
+		{[]string{"--set", "updateStrategy.maxSurge=lots"}, []string{"/updateStrategy/maxSurge"}},
 		{[]string{"--set", "ports.health=9880"}, []string{"ports"}},
 		{[]string{"--set", "health.address=localhost"}, []string{"/health/address"}},
 		{[]string{"--set", "metrics.address=:70000"}, []string{"/metrics/address"}},
@@ -578,6 +578,8 @@ func TestChartPlatforms(t *testing.T) {
 		// strips them from --kube-version (helm install reads the server's).
 		{[]string{"--api-versions", "security.openshift.io/v1"}, map[string]string{"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_CNI_BIN_DIR": "/var/lib/cni/bin"}, nil},
 		{[]string{"--set", "platform=crio,global.platform=gke"}, map[string]string{"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_CNI_BIN_DIR": "/opt/cni/bin"}, nil},
+		// containerd: kubeadm-style paths, the cluster's API not asked.
+		{[]string{"--set", "platform=containerd", "--api-versions", "security.openshift.io/v1"}, map[string]string{"MESHLET_CRI_SOCKET": "/run/containerd/containerd.sock"}, nil},
 		{[]string{"--set", "platform=openshift"}, map[string]string{
 			"MESHLET_CRI_SOCKET": "/var/run/crio/crio.sock", "MESHLET_CNI_CONF_DIR": "/etc/kubernetes/cni/net.d", "MESHLET_CNI_BIN_DIR": "/var/lib/cni/bin",
 		}, map[string]string{"cni-conf": "/etc/kubernetes/cni/net.d"}},
@@ -759,7 +761,7 @@ podAnnotations: {example.com/owner: mesh-team}
 }
 
 // draResources are what the ClusterRole grants for DRA only.
-var draResources = []string{"resourceslices", "nodes", "resourceclaims", "runtimeclasses", "resourceclaims/status", "resourceclaims/driver"}
+var draResources = []string{"resourceslices", "resourceclaims", "runtimeclasses", "resourceclaims/status", "resourceclaims/driver"}
 
 func ruleFor(role *rbacv1.ClusterRole, resource string) *rbacv1.PolicyRule {
 	for i, r := range role.Rules {
@@ -787,7 +789,9 @@ func TestChartDRA(t *testing.T) {
 			t.Errorf("dra.enabled=false: the ClusterRole still grants %s", r)
 		}
 	}
-	for _, r := range []string{"pods", "namespaces", "pods/status", "events", "daemonsets"} {
+	// nodes: a stopping meshlet matches its node against the DaemonSet's
+	// node selector, DRA or not.
+	for _, r := range []string{"pods", "namespaces", "pods/status", "events", "daemonsets", "nodes"} {
 		if ruleFor(role, r) == nil {
 			t.Errorf("dra.enabled=false: no rule for %s", r)
 		}

@@ -79,6 +79,11 @@ securityContext:
 	if ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType || ds.Spec.UpdateStrategy.RollingUpdate != nil {
 		t.Errorf("updateStrategy %+v, want OnDelete", ds.Spec.UpdateStrategy)
 	}
+	// The chart's former spelling, maxSurge and maxUnavailable beside type.
+	ru := only[*appsv1.DaemonSet](t, render(t, "--set", "updateStrategy.maxSurge=0,updateStrategy.maxUnavailable=1")).Spec.UpdateStrategy.RollingUpdate
+	if ru == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("updateStrategy.maxSurge=0,maxUnavailable=1: rollingUpdate %+v, want maxSurge 0, maxUnavailable 1", ru)
+	}
 	sc := spec.Containers[0].SecurityContext
 	if sc.SELinuxOptions == nil || sc.SELinuxOptions.Type != "container_runtime_t" || sc.AppArmorProfile == nil || sc.AppArmorProfile.Type != corev1.AppArmorProfileTypeRuntimeDefault {
 		t.Errorf("securityContext %+v, want the values' SELinux type and AppArmor profile", sc)

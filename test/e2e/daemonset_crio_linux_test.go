@@ -22,9 +22,10 @@ import (
 // kubelet runs pods on CRI-O (built from source, NRI on): meshlet's image
 // loaded into CRI-O's store, the DaemonSet Ready, a mesh pod by label and
 // one by resource (DRA, with the container gate on CRI-O's CDI) enrolled,
-// each once and in its own netns; helm uninstall --wait leaves the node
-// clean. The host paths are the test runtime's private ones: what the
-// platform sets that this checks is everything but its default paths.
+// each once and in its own netns; helm uninstall --cascade=foreground
+// --wait returns with meshlet gone and the node clean. The test runtime's
+// private paths override the platform's (which are the chart tests' to
+// check, golden files): this checks the chart's DaemonSet on CRI-O.
 func TestDaemonSetOnCRIO(t *testing.T) {
 	e := privateRuntimeEnv(t, env.CRIO, "MESHLET_CRIO_BIN", "test/env/install-crio.sh")
 	c := startClusterOn(t, e, clusterenv.Options{})
@@ -66,11 +67,10 @@ func TestDaemonSetOnCRIO(t *testing.T) {
 		}
 	}
 
-	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
-	waitFor(t, "meshlet's pod gone", func() bool {
-		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0
-	})
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
+	if pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("helm uninstall --cascade=foreground --wait returned with meshlet's pods %v (%v)", pods, err)
+	}
 	r.nodeClean("the uninstall on CRI-O")
 }
 

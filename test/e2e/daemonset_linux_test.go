@@ -195,7 +195,7 @@ func (r *release) install(tag string, config map[string]any) {
 		"-n", meshletNamespace, "--create-namespace", "-f", r.values)
 	t.Cleanup(func() {
 		if _, err := r.helmCmd("status", "meshlet", "-n", meshletNamespace); err == nil {
-			_, _ = r.helmCmd("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+			_, _ = r.helmCmd("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
 		}
 	})
 }
@@ -453,11 +453,11 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 
 	// Uninstall: the node is clean of meshlet's state; running pods keep
 	// their rules.
-	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
-	waitFor(t, "meshlet's pod gone", func() bool {
-		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{})
-		return err == nil && len(pods.Items) == 0
-	})
+	// The documented uninstall: it returns once meshlet's pods are gone.
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
+	if pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+		t.Fatalf("helm uninstall --cascade=foreground --wait returned with meshlet's pods %v (%v)", pods, err)
+	}
 	r.nodeClean("the uninstall")
 	if !hasPodRules(t, first) {
 		t.Fatal("a running mesh pod lost its rules on uninstall")
@@ -470,7 +470,7 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	r.waitRolledOut("e2e-2")
 	m = r.connectZtunnel()
 	m.waitFor("the running pod replayed", func([]*zdstest.Request) bool { return len(m.adds(string(first.UID))) > 0 })
-	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
 	m.waitFor("a Del for the running pod", func(rs []*zdstest.Request) bool { return hasDel(rs, string(first.UID)) })
 	if hasPodRules(t, first) {
 		t.Fatal("unmesh-on-uninstall left the pod's rules")

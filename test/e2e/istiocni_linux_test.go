@@ -454,7 +454,7 @@ func TestTakeOverFromIstioCni(t *testing.T) {
 	// pods annotated enabled as its own and hands each to ztunnel in the
 	// netns ztunnel serves it in.
 	statuses = watchRedirectionStatus(t, c, ns, names...)
-	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--wait")
+	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
 	waitFor(t, "meshlet's pod gone", func() bool { return meshletPod(t, c) == nil })
 	// It left each pod with Istio's own rules in place of its table.
 	for _, p := range pods {

@@ -89,7 +89,7 @@ func TestWithoutDRA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const said = "The API server does not serve resource.k8s.io/v1"
+	const said = "The API server does not serve DRA as meshlet needs it"
 	if n := strings.Count(string(log), said); n != 1 {
 		t.Errorf("meshlet said %q %d times, want once:\n%s", said, n, log)
 	}

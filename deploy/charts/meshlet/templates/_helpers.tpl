@@ -146,15 +146,17 @@ minikube:
 
 {{/*
 meshlet.platform: the platform's name. platform wins, then Istio's
-global.platform, then profile (its old name: containerd is ""); unset, the
-cluster says where it can: a version carrying -gke, -eks or +k3s, or the
-OpenShift API.
+global.platform, then profile (its old name); containerd names "" and
+turns detection off. Unset, the cluster says where it can: a version
+carrying -gke, -eks or +k3s (k3d's too: set k3d), or the OpenShift API.
+helm template knows neither (--kube-version drops the suffix): GitOps tools
+that render with it need platform set.
 */}}
 {{- define "meshlet.platform" -}}
 {{- $set := coalesce .Values.platform (.Values.global).platform .Values.profile | default "" -}}
-{{- if eq $set "containerd" -}}{{- $set = "" -}}{{- end -}}
 {{- $version := .Capabilities.KubeVersion.GitVersion -}}
-{{- if $set -}}
+{{- if eq $set "containerd" -}}
+{{- else if $set -}}
 {{- $set -}}
 {{- else if contains "-gke" $version -}}
 gke
