@@ -121,6 +121,9 @@ func buildTwice(t *testing.T) (err error) {
 	if err != nil {
 		return err
 	}
+	if notices[ThirdPartyNotices], err = thirdPartyNotices(ctx, root); err != nil {
+		return err
+	}
 	var sums []string
 	for i := range 2 {
 		start = time.Now()
@@ -380,6 +383,10 @@ func checkFiles(t *testing.T, img v1.Image, p Platform, version string) {
 		case f.hdr.Mode != 0o644 || !bytes.Equal(f.data, want):
 			t.Errorf("%s/%s: mode %#o, %d bytes, want 0644 and the repository's %s (%d bytes)", DocDir, name, f.hdr.Mode, len(f.data), name, len(want))
 		}
+	}
+	// The NOTICE files of the modules linked in, grpc's among them.
+	if f, ok := files[DocDir+"/"+ThirdPartyNotices]; !ok || !bytes.Contains(f.data, []byte("==== google.golang.org/grpc@")) {
+		t.Errorf("%s/%s missing or without grpc's NOTICE", DocDir, ThirdPartyNotices)
 	}
 	libDirs := []string{"lib/" + p.Triplet, "usr/lib/" + p.Triplet, "lib", "usr/lib"}
 	for _, c := range IptablesCommands {

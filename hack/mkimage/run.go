@@ -77,6 +77,9 @@ func build(ctx context.Context, o buildOptions) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if notices[ThirdPartyNotices], err = thirdPartyNotices(ctx, root); err != nil {
+		return "", err
+	}
 	meta, err := gitMeta(ctx, root, o.Version, o.Revision)
 	if err != nil {
 		return "", err
