@@ -47,13 +47,7 @@ func meshletOn(t *testing.T, c kubernetes.Interface, nodeName string) kubernetes
 		t.Fatal(err)
 	}
 	p := podOn(t, c, nodeName, "meshlet-system", fmt.Sprintf("meshlet-%s-%d", nodeName, seq.Add(1)), "meshlet", nil)
-	tok, err := c.CoreV1().ServiceAccounts("meshlet-system").CreateToken(ctx, "meshlet", &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
-		ExpirationSeconds: ptr(int64(3600)),
-		BoundObjectRef:    &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
-	}}, metav1.CreateOptions{})
-	must(t, err)
-	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
-	must(t, err)
+	rc := boundClient(t, c, p, "meshlet")
 	// The premise of everything the test checks: the token names the node.
 	who, err := rc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	must(t, err)
@@ -61,6 +55,20 @@ func meshletOn(t *testing.T, c kubernetes.Interface, nodeName string) kubernetes
 		len(u.Extra["authentication.kubernetes.io/node-name"]) != 1 || u.Extra["authentication.kubernetes.io/node-name"][0] != nodeName {
 		t.Fatalf("token bound to a pod on %s authenticates as %+v, want meshlet with node-name %s", nodeName, u, nodeName)
 	}
+	return rc
+}
+
+// boundClient is a client of service account sa of pod p's namespace, with
+// a token bound to p (as the kubelet gives a pod).
+func boundClient(t *testing.T, c kubernetes.Interface, p *corev1.Pod, sa string) kubernetes.Interface {
+	t.Helper()
+	tok, err := c.CoreV1().ServiceAccounts(p.Namespace).CreateToken(context.Background(), sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
+		ExpirationSeconds: ptr(int64(3600)),
+		BoundObjectRef:    &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
+	}}, metav1.CreateOptions{})
+	must(t, err)
+	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
+	must(t, err)
 	return rc
 }
 

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -171,17 +170,9 @@ func setNodeLabel(t *testing.T, c kubernetes.Interface, key, value string) {
 // and that pod.
 func tokenClient(t *testing.T, c kubernetes.Interface, sa string) (kubernetes.Interface, *corev1.Pod) {
 	t.Helper()
-	ctx := context.Background()
 	ns := namespace(t, c, nil)
 	p := podOn(t, c, node, ns, sa, sa, nil)
-	tok, err := c.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authv1.TokenRequest{Spec: authv1.TokenRequestSpec{
-		ExpirationSeconds: ptr(int64(3600)),
-		BoundObjectRef:    &authv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: p.Name, UID: p.UID},
-	}}, metav1.CreateOptions{})
-	must(t, err)
-	rc, err := kubernetes.NewForConfig(api(t).ConfigWithToken(tok.Status.Token))
-	must(t, err)
-	return rc, p
+	return boundClient(t, c, p, sa), p
 }
 
 // bindRole binds deploy/rbac.yaml's ClusterRole to the service account
