@@ -286,7 +286,7 @@ func newCNIMode(cfg Config, core *enroll.Core, m *metrics.Metrics, redir *redire
 		return nil, err
 	}
 	var fb *cnifallback.Fallback
-	icfg.RuntimeBinDirs = runtimeBinDirs(cfg.CNI.CRISocket)
+	icfg.RuntimeBinDirs = cnifallback.RuntimeBinDirs(cfg.CNI.CRISocket)
 	icfg.OnReassert = func(trigger string, _ time.Duration) {
 		// The first install is not a re-assert, nor a rewrite for new
 		// node settings.

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -218,43 +216,4 @@ func (t tombstoning) Forget(ctx context.Context, uid, sandboxID string) error {
 	t.f.deleted[sandboxID] = time.Now()
 	t.f.mu.Unlock()
 	return t.f.deps.Core.Forget(ctx, uid, sandboxID)
-}
-
-// cniDirsReporter is a runtime that says where it keeps CNI (containerd).
-type cniDirsReporter interface {
-	CNIDirs(ctx context.Context) (cri.CNIDirs, bool, error)
-}
-
-// checkCNIDirs logs, once, the runtime's CNI directories as it reports
-// them, and an error when --cni-conf-dir or --cni-bin-dir is not among
-// them: meshlet would chain into a configuration the runtime does not
-// read, or copy meshlet-cni where it does not look.
-func (f *Fallback) checkCNIDirs(ctx context.Context, l cri.Listing) {
-	if !f.cniDirsChecked.CompareAndSwap(false, true) {
-		return
-	}
-	logger := klog.FromContext(ctx).WithValues("confDir", f.cfg.ConfDir, "binDir", f.cfg.BinDir)
-	r, ok := l.(cniDirsReporter)
-	var dirs cri.CNIDirs
-	if ok {
-		ctx, cancel := context.WithTimeout(ctx, cri.ListTimeout)
-		var err error
-		dirs, ok, err = r.CNIDirs(ctx)
-		cancel()
-		if err != nil {
-			logger.Info("Cannot ask the runtime for its CNI directories", "err", err)
-			return
-		}
-	}
-	name, version := l.Runtime()
-	logger = logger.WithValues("runtime", name, "runtimeVersion", version)
-	switch {
-	case !ok:
-		logger.Info("The runtime does not report its CNI directories: using the flags'")
-	case filepath.Clean(dirs.ConfDir) != filepath.Clean(f.cfg.ConfDir) || !slices.ContainsFunc(dirs.BinDirs, func(d string) bool { return filepath.Clean(d) == filepath.Clean(f.cfg.BinDir) }):
-		logger.Error(nil, "The CNI directories differ from the runtime's: set --cni-conf-dir and --cni-bin-dir (the chart's paths.cniConfDir and paths.cniBinDir, or its platform) to the runtime's",
-			"runtimeConfDir", dirs.ConfDir, "runtimeBinDirs", dirs.BinDirs)
-	default:
-		logger.V(2).Info("The CNI directories are the runtime's", "runtimeBinDirs", dirs.BinDirs)
-	}
 }
