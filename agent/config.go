@@ -97,6 +97,14 @@ type Config struct {
 	ConfigMaps []kube.ObjectRef
 	// LogVerbosity is klog's -v (a node setting too).
 	LogVerbosity int
+	// NodeTaint, if set, is the key of a NoSchedule taint meshlet keeps on
+	// its node while the node's mesh cannot take new pods, so that the
+	// scheduler places mesh pods elsewhere.
+	NodeTaint string
+	// NodeCondition, if set, is a node condition type meshlet keeps True
+	// while the node's mesh can take new pods, for the Node Readiness
+	// Controller to turn into a taint.
+	NodeCondition string
 }
 
 // DefaultConfig returns the defaults: Istio's selection rules, ztunnel's
@@ -125,6 +133,8 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UnmeshOnUninstall, "unmesh-on-uninstall", c.UnmeshOnUninstall, "when meshlet's DaemonSet is deleted (needs --pod-name), take every pod out of the mesh before exiting: ztunnel Del, in-pod rules removed (default: running pods keep their rules until they stop)")
 	fs.BoolVar(&c.SkipPodIPCheck, "skip-pod-ip-check", c.SkipPodIPCheck, "enroll a mesh pod even when its network namespace does not hold the IPs the runtime reports (by default such a pod is refused: the runtime named the wrong namespace); only for a CNI that keeps pod IPs outside the pod's namespace")
 	fs.Var(kube.ObjectRefList{Dst: &c.ConfigMaps}, "config-map", "NAMESPACE/NAME of a ConfigMap whose "+nodesettings.DataKey+" is a "+nodesettings.APIVersion+" "+nodesettings.Kind+" document: its settings replace the flags' while meshlet runs, and a change applies at once; repeat the flag (or separate with commas) for several, a later one winning")
+	fs.StringVar(&c.NodeTaint, "node-taint", c.NodeTaint, "key of a NoSchedule taint meshlet keeps on its node while the node's mesh cannot take new pods (runtime hook or ztunnel not connected, meshlet stopping) and removes once it can; mesh pods must not tolerate it (empty: off)")
+	fs.StringVar(&c.NodeCondition, "node-condition", c.NodeCondition, "type of a node condition meshlet keeps True while the node's mesh can take new pods and False while it cannot, for the Node Readiness Controller (empty: off)")
 	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
 	c.NRI.AddFlags(fs)
 	c.Redirect.AddFlags(fs)
@@ -168,6 +178,9 @@ func (c *Config) Validate() error {
 		return errors.New("--config-map needs the API server: drop --standalone (or the ConfigMaps)")
 	}
 	if err := c.validateRevision(); err != nil {
+		return err
+	}
+	if err := c.validateNodeReadiness(); err != nil {
 		return err
 	}
 	if c.StateDir == "" {
@@ -284,6 +297,22 @@ func (c *Config) validateRevision() error {
 		return errors.New("--revision needs NRI (--mode=nri or auto): in CNI mode one meshlet-cni in the runtime's chain serves the node")
 	case c.DRA.Enabled:
 		return errors.New("--revision needs --dra=false: the DRA plugin publishes the node's one mesh device, for one meshlet per node")
+	}
+	return nil
+}
+
+// validateNodeReadiness checks --node-taint and --node-condition.
+func (c *Config) validateNodeReadiness() error {
+	for _, f := range []struct{ flag, value string }{{"--node-taint", c.NodeTaint}, {"--node-condition", c.NodeCondition}} {
+		if f.value == "" {
+			continue
+		}
+		if errs := validation.IsQualifiedName(f.value); len(errs) > 0 {
+			return fmt.Errorf("%s=%q: %s", f.flag, f.value, strings.Join(errs, "; "))
+		}
+		if c.Standalone {
+			return fmt.Errorf("%s needs the API server: drop --standalone", f.flag)
+		}
 	}
 	return nil
 }

@@ -10,8 +10,10 @@ import (
 // shutdownOrder is the order in which the daemon's components stop,
 // whatever the order they started in. First what only runs while taking
 // the node over from istio-cni (the look for its plugin, the standby
-// hook), then new pods stop coming (the pod source: the NRI plugin, or
-// CNI mode's server), then the DRA kubelet
+// hook), then the node's taint or condition says its mesh is not ready
+// (the scheduler stops placing mesh pods here), then new pods stop coming
+// (the pod source: the NRI plugin, or CNI mode's server), then the DRA
+// kubelet
 // plugin (its device tainted first; before the node lock goes, so a
 // successor never publishes the node's slice alongside it), then the API
 // watchers, then the checkpoint writer (a last write), then the container
@@ -28,11 +30,13 @@ import (
 var shutdownOrder = []string{
 	"istio-cni's plugin",
 	"standby hook",
+	"node readiness",
 	"pod source",
 	"retries",
 	"uninstall: pods and CNI chain",
 	"DRA kubelet plugin",
 	"uninstall: ResourceSlices",
+	"uninstall: node readiness",
 	"API watchers",
 	"checkpoint",
 	"container gate",

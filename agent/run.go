@@ -14,6 +14,7 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/meshready"
 	"github.com/meshlet/meshlet/agent/metrics"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/nodesettings"
@@ -268,7 +269,7 @@ func Run(ctx context.Context, cfg Config) error {
 			return newNRISource(cfg, plugin, core, m), nil
 		}}
 	if driver != nil {
-		driver.Lead(draplugin.Node{State: draplugin.NodeStateOf(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
+		driver.Lead(draplugin.Node{State: meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
 			Prepared: func(pods []string) {
 				// A claim for a pod that already runs (prepared again after
 				// a restart, or late) converges it.
@@ -280,6 +281,7 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 			}})
 	}
+	nodeReadiness := startNodeReadiness(lc, cfg, api, meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket))
 
 	var zdsServing atomic.Bool
 	serving := func() error {
@@ -350,7 +352,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if api != nil && cfg.PodName != "" {
 		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
 	}
-	onUninstall(ctx, lc, cfg, api, daemonSet, uninstallParts{core: core, source: source, driver: driver, redir: redir})
+	onUninstall(ctx, lc, cfg, api, daemonSet, uninstallParts{core: core, source: source, driver: driver, redir: redir, nodeReadiness: nodeReadiness})
 	lc.start("pod source", source.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "revision", cfg.Policy.Revision, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
 		"ztunnelSocket", server.Addr(), "redirect", cfg.Redirect.Backend, "standalone", cfg.Standalone, "dra", dra, "gate", dra && cfg.DRA.Gate.Enabled, "version", version.String())
@@ -363,6 +365,20 @@ func Run(ctx context.Context, cfg Config) error {
 		return nil // asked to stop: a clean shutdown
 	}
 	return cause
+}
+
+// startNodeReadiness keeps the node's taint or condition (--node-taint,
+// --node-condition) in line with its mesh's state; nil when neither is set.
+func startNodeReadiness(lc *lifecycle, cfg Config, api *apiClients, state func() meshready.State) *kube.NodeReadiness {
+	if api == nil || (cfg.NodeTaint == "" && cfg.NodeCondition == "") {
+		return nil
+	}
+	nr := kube.NewNodeReadiness(api.client, kube.NodeReadinessConfig{Node: cfg.NodeName, TaintKey: cfg.NodeTaint, ConditionType: cfg.NodeCondition})
+	lc.start("node readiness", func(ctx context.Context) error {
+		nr.Run(ctx, state)
+		return nil
+	})
+	return nr
 }
 
 // stopped is Run's result when start-up waited and was interrupted: nil

@@ -53,6 +53,8 @@ type uninstallParts struct {
 	source *modeSource
 	driver *draplugin.Driver // nil without DRA
 	redir  *redirect.Redirector
+	// nodeReadiness is the node's taint or condition (nil: neither).
+	nodeReadiness *kube.NodeReadiness
 }
 
 // onUninstall adds the uninstall steps to the shutdown: whether this
@@ -99,6 +101,17 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 			if err := kube.DeleteResourceSlices(context.WithoutCancel(ctx), api.client, cfg.NodeName, cfg.DRA.DriverName); err != nil {
 				logger.Error(err, "Deleting the node's mesh ResourceSlices")
 			}
+		}
+	})
+	lc.onStop("uninstall: node readiness", func() {
+		if uninstall && parts.nodeReadiness != nil {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := parts.nodeReadiness.Remove(ctx); err != nil {
+				logger.Error(err, "Removing the node's mesh taint or condition")
+				return
+			}
+			logger.Info("Removed the node's mesh taint and condition", "taint", cfg.NodeTaint, "condition", cfg.NodeCondition)
 		}
 	})
 	lc.onStop("uninstall: node state", func() {

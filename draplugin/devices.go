@@ -10,6 +10,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+
+	"github.com/meshlet/meshlet/agent/meshready"
 )
 
 // deviceNames are the devices of the node's pool: the shared `mesh`, or
@@ -29,7 +31,7 @@ func (d *Driver) deviceNames() []string {
 // while the node cannot enroll, with ipv6 (the node's IPv6 setting) as an
 // attribute. The shared device has no capacity, so a
 // request without an amount takes a share of nothing instead of all of it.
-func (d *Driver) resources(state NodeState, ipv6 bool) resourceslice.DriverResources {
+func (d *Driver) resources(state meshready.State, ipv6 bool) resourceslice.DriverResources {
 	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
 		"version":         {StringValue: ptr.To(d.deps.Version)},
 		"redirectBackend": {StringValue: ptr.To(d.deps.RedirectBackend)},

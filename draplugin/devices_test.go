@@ -10,9 +10,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+
+	"github.com/meshlet/meshlet/agent/meshready"
 )
 
-func newSlotsDriver(t *testing.T, slots int, state NodeState) *Driver {
+func newSlotsDriver(t *testing.T, slots int, state meshready.State) *Driver {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Slots = slots
@@ -24,7 +26,7 @@ func newSlotsDriver(t *testing.T, slots int, state NodeState) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Lead(Node{State: func() NodeState { return state }, Records: noRecords{}})
+	d.Lead(Node{State: func() meshready.State { return state }, Records: noRecords{}})
 	d.setState(state) // what Run does first once it leads
 	return d
 }
@@ -59,8 +61,8 @@ func TestResources(t *testing.T) {
 	}
 
 	t.Run("shared device", func(t *testing.T) {
-		d := newSlotsDriver(t, 0, NodeState{Ready: true})
-		devs := poolDevices(t, d.resources(NodeState{Ready: true}, true))
+		d := newSlotsDriver(t, 0, meshready.State{Ready: true})
+		devs := poolDevices(t, d.resources(meshready.State{Ready: true}, true))
 		if len(devs) != 1 || devs[0].Name != "mesh" {
 			t.Fatalf("devices %+v, want just mesh", devs)
 		}
@@ -74,8 +76,8 @@ func TestResources(t *testing.T) {
 	})
 
 	t.Run("slots", func(t *testing.T) {
-		d := newSlotsDriver(t, 3, NodeState{Ready: true})
-		devs := poolDevices(t, d.resources(NodeState{Ready: true}, true))
+		d := newSlotsDriver(t, 3, meshready.State{Ready: true})
+		devs := poolDevices(t, d.resources(meshready.State{Ready: true}, true))
 		var names []string
 		for _, dev := range devs {
 			names = append(names, dev.Name)
@@ -94,8 +96,8 @@ func TestResources(t *testing.T) {
 
 	t.Run("not ready taints every device", func(t *testing.T) {
 		for _, slots := range []int{0, 2} {
-			d := newSlotsDriver(t, slots, NodeState{Ready: true})
-			state := NodeState{Reason: "ztunnel-disconnected", Message: "no ztunnel is connected"}
+			d := newSlotsDriver(t, slots, meshready.State{Ready: true})
+			state := meshready.State{Reason: "ztunnel-disconnected", Message: "no ztunnel is connected"}
 			devs := poolDevices(t, d.resources(state, true))
 			if len(devs) != max(slots, 1) {
 				t.Fatalf("slots %d: %d devices", slots, len(devs))
@@ -122,7 +124,7 @@ func recvReport(t *testing.T, reports <-chan kubeletplugin.DeviceHealthReport, w
 }
 
 func TestWatchHealthStatus(t *testing.T) {
-	d := newSlotsDriver(t, 0, NodeState{Ready: true})
+	d := newSlotsDriver(t, 0, meshready.State{Ready: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := make(chan kubeletplugin.DeviceHealthReport)
@@ -140,7 +142,7 @@ func TestWatchHealthStatus(t *testing.T) {
 
 	// A change is reported at once, not at the next 10s re-send.
 	start := time.Now()
-	d.setState(NodeState{Reason: "runtime-hook-disconnected", Message: "meshlet is not connected to the container runtime"})
+	d.setState(meshready.State{Reason: "runtime-hook-disconnected", Message: "meshlet is not connected to the container runtime"})
 	r = recvReport(t, reports, 2*time.Second)
 	if el := time.Since(start); el > time.Second {
 		t.Errorf("change reported after %v", el)
@@ -151,7 +153,7 @@ func TestWatchHealthStatus(t *testing.T) {
 	}
 
 	// Back to ready.
-	d.setState(NodeState{Ready: true})
+	d.setState(meshready.State{Ready: true})
 	if h := recvReport(t, reports, 2*time.Second).Devices[0]; h.Health != kubeletplugin.HealthStatusHealthy {
 		t.Errorf("report after recovery %+v, want Healthy", h)
 	}
@@ -184,7 +186,7 @@ func TestWatchHealthStatus(t *testing.T) {
 
 // TestWatchHealthStatusSlots: every slot is in every report.
 func TestWatchHealthStatusSlots(t *testing.T) {
-	d := newSlotsDriver(t, 3, NodeState{Reason: "ztunnel-disconnected", Message: "no ztunnel"})
+	d := newSlotsDriver(t, 3, meshready.State{Reason: "ztunnel-disconnected", Message: "no ztunnel"})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := make(chan kubeletplugin.DeviceHealthReport)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/meshready"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
@@ -33,14 +34,6 @@ type PodLookup interface {
 // Eligibility says why a pod must not get a mesh claim (nil: it may).
 type Eligibility interface {
 	ClaimConflict(pod *enroll.Pod, info enroll.PodInfo) error
-}
-
-// NodeState is whether the node can enroll pods now. Reason is a short
-// token (a label value, used in the device taint); Message is for people.
-type NodeState struct {
-	Ready   bool
-	Reason  string
-	Message string
 }
 
 // Deps are what the plugin talks to.
@@ -63,7 +56,7 @@ type Deps struct {
 // what the driver needs to publish the node's device and report claims.
 type Node struct {
 	// State is polled; a change is published within PollInterval.
-	State func() NodeState
+	State func() meshready.State
 	// Records gives an enrolled pod's record, for the claim's status.
 	Records interface {
 		Record(uid string) (enroll.Record, bool)
@@ -85,7 +78,7 @@ type Driver struct {
 	// state is the node's last seen state; changed is closed (and
 	// replaced) whenever it changes.
 	stateMu sync.Mutex
-	state   NodeState
+	state   meshready.State
 	changed chan struct{}
 
 	// ipv6 is the devices' ipv6 attribute: the node's IPv6 setting.
@@ -118,7 +111,7 @@ func New(cfg Config, deps Deps) (*Driver, error) {
 		return nil, errors.New("draplugin: missing dependency")
 	}
 	d := &Driver{cfg: cfg, deps: deps, changed: make(chan struct{}), leading: make(chan struct{})}
-	d.state = NodeState{Reason: "starting", Message: "meshlet is starting"}
+	d.state = meshready.State{Reason: "starting", Message: "meshlet is starting"}
 	d.ipv6.Store(deps.IPv6)
 	d.status = newClaimStatus(d)
 	return d, nil
@@ -264,21 +257,21 @@ func (d *Driver) leads() bool {
 }
 
 // nodeState is the last seen state.
-func (d *Driver) nodeState() NodeState {
+func (d *Driver) nodeState() meshready.State {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	return d.state
 }
 
 // watchState returns the state and a channel closed at its next change.
-func (d *Driver) watchState() (NodeState, <-chan struct{}) {
+func (d *Driver) watchState() (meshready.State, <-chan struct{}) {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	return d.state, d.changed
 }
 
 // setState records s and reports whether it changed.
-func (d *Driver) setState(s NodeState) bool {
+func (d *Driver) setState(s meshready.State) bool {
 	d.stateMu.Lock()
 	defer d.stateMu.Unlock()
 	if s == d.state {
@@ -290,25 +283,22 @@ func (d *Driver) setState(s NodeState) bool {
 	return true
 }
 
-// stoppedState is the node's state once its meshlet stopped.
-var stoppedState = NodeState{Reason: "meshlet-stopped", Message: "meshlet stopped: the node enrolls no new pods until a meshlet serves it again"}
-
 // taintForStop taints the device before the plugin goes: until another
 // meshlet serves the node (an update's new one, a restart), no pod can be
 // enrolled here, so the scheduler must not place mesh pods on it. It waits
 // (at most a second) until the API server has the taint.
 func (d *Driver) taintForStop(helper *kubeletplugin.Helper, logger klog.Logger) {
-	d.setState(stoppedState)
+	d.setState(meshready.Stopped)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := helper.PublishResources(ctx, d.resources(stoppedState, d.ipv6.Load())); err != nil {
+	if err := helper.PublishResources(ctx, d.resources(meshready.Stopped, d.ipv6.Load())); err != nil {
 		logger.Error(err, "Tainting the mesh device on stop")
 		return
 	}
 	sel := fields.Set{"spec.nodeName": d.deps.NodeName, "spec.driver": d.cfg.DriverName}.AsSelector().String()
 	for {
 		list, err := d.deps.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err == nil && allTainted(list.Items, TaintKey(d.cfg.DriverName), stoppedState.Reason) {
+		if err == nil && allTainted(list.Items, TaintKey(d.cfg.DriverName), meshready.Stopped.Reason) {
 			logger.Info("Mesh device tainted: meshlet is stopping", "driver", d.cfg.DriverName)
 			return
 		}

@@ -10,27 +10,6 @@ import (
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
-// Reasons of a node that cannot enroll pods, as the device taint's value.
-const (
-	NotReadyRuntime = "runtime-hook-disconnected"
-	NotReadyZtunnel = "ztunnel-disconnected"
-)
-
-// NodeStateOf is whether new pods can be enrolled: the runtime's hook (NRI,
-// or CNI mode's chained plugin) is in place and a ztunnel is connected to
-// hand them to.
-func NodeStateOf(runtimeConnected func() bool, ztunnels func() int, ztunnelSocket string) func() NodeState {
-	return func() NodeState {
-		switch {
-		case !runtimeConnected():
-			return NodeState{Reason: NotReadyRuntime, Message: "meshlet's runtime hook is not in place (NRI not connected, or in CNI mode meshlet-cni not chained and served): pods would not be enrolled"}
-		case ztunnels() == 0:
-			return NodeState{Reason: NotReadyZtunnel, Message: "no ztunnel is connected to " + ztunnelSocket + ": pods cannot be handed to the mesh"}
-		}
-		return NodeState{Ready: true}
-	}
-}
-
 // OpenClaims loads the prepared claims in dir (--state-dir). A corrupt file is set aside
 // loudly: the claims it held lose their settings (their pods fall back to
 // labels and defaults) but meshlet serves the node. A file of another

@@ -22,6 +22,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/meshready"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 	"github.com/meshlet/meshlet/internal/latency"
@@ -95,7 +96,7 @@ func newTestDriver(t testing.TB, pol Eligibility) *testDriver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: noRecords{},
+	d.Lead(Node{State: func() meshready.State { return meshready.State{Ready: true} }, Records: noRecords{},
 		Prepared: func(pods []string) { td.prepared <- pods }})
 	td.Driver = d
 	return td
@@ -684,8 +685,8 @@ func TestStandby(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a standby reported no health")
 	}
-	d.setState(NodeState{Ready: true}) // what Run does on Lead, before it reports
-	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: noRecords{}})
+	d.setState(meshready.State{Ready: true}) // what Run does on Lead, before it reports
+	d.Lead(Node{State: func() meshready.State { return meshready.State{Ready: true} }, Records: noRecords{}})
 	select {
 	case r := <-reports:
 		if len(r.Devices) != 1 || r.Devices[0].Health != kubeletplugin.HealthStatusHealthy {

@@ -14,6 +14,8 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/meshlet/meshlet/agent/meshready"
 )
 
 // TestRun drives the plugin through its life with a fake API client (the
@@ -60,11 +62,11 @@ func TestRun(t *testing.T) {
 	}
 
 	var ready atomic.Bool
-	d.Lead(Node{Records: noRecords{}, State: func() NodeState {
+	d.Lead(Node{Records: noRecords{}, State: func() meshready.State {
 		if ready.Load() {
-			return NodeState{Ready: true}
+			return meshready.State{Ready: true}
 		}
-		return NodeState{Reason: "ztunnel-disconnected", Message: "no ztunnel"}
+		return meshready.State{Reason: "ztunnel-disconnected", Message: "no ztunnel"}
 	}})
 	wantTaint := func(value string) {
 		t.Helper()
@@ -113,7 +115,7 @@ func TestRun(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
-	wantTaint(stoppedState.Reason)
+	wantTaint(meshready.Stopped.Reason)
 	if err := d.Serving(); err == nil || !strings.Contains(err.Error(), "not serving") {
 		t.Errorf("Serving after Run returned: %v", err)
 	}

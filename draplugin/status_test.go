@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meshlet/meshlet/agent/enroll"
+	"github.com/meshlet/meshlet/agent/meshready"
 	"github.com/meshlet/meshlet/draplugin/claimstore"
 )
 
@@ -44,7 +45,7 @@ func TestClaimStatus(t *testing.T) {
 		"p1": {UID: "p1", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")}, Redirection: "nftables/v1 ipv4"},
 		"p2": {UID: "p2", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2"), netip.MustParseAddr("fd00::2")}},
 	}
-	d.Lead(Node{State: func() NodeState { return NodeState{Ready: true} }, Records: recs})
+	d.Lead(Node{State: func() meshready.State { return meshready.State{Ready: true} }, Records: recs})
 	ctx := context.Background()
 	device := func() resourceapi.AllocatedDeviceStatus {
 		t.Helper()

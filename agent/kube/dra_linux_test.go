@@ -264,8 +264,10 @@ func TestRBACDRA(t *testing.T) {
 			return err
 		}(),
 		"delete slices (collection)": onA.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}),
-		"update node": func() error {
+		// Its own node's mesh taint only (TestRBACNodeReadiness).
+		"relabel node": func() error {
 			n, _ := c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+			n.Labels = map[string]string{"example.com/x": "y"}
 			_, err := onA.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 			return err
 		}(),

@@ -316,6 +316,10 @@ func applyManifest(t *testing.T, c kubernetes.Interface, name string) {
 			_, err = create(t, doc, c.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create)
 		case "DeviceClass":
 			_, err = create(t, doc, c.ResourceV1().DeviceClasses().Create)
+		case "MutatingAdmissionPolicy":
+			_, err = create(t, doc, c.AdmissionregistrationV1().MutatingAdmissionPolicies().Create)
+		case "MutatingAdmissionPolicyBinding":
+			_, err = create(t, doc, c.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Create)
 		default:
 			t.Fatalf("unexpected kind %q in deploy/%s", tm.Kind, name)
 		}

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -220,17 +221,21 @@ config: {kubeconfig: /etc/meshlet/kubeconfig}
 `
 	for _, p := range helmchart.Platforms {
 		objs := render(t, "--set", "platform="+p)
-		want := []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "ServiceAccount",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
+		want := []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass",
+			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ServiceAccount",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+			"ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 		if p == "gke" {
-			want = slices.Insert(want, 5, "ResourceQuota")
+			want = slices.Insert(want, 7, "ResourceQuota")
 		}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Errorf("platform %q: kinds %v, want %v", p, got, want)
 		}
 		objs = renderValues(t, everything, "--set", "platform="+p)
-		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass", "Namespace", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor",
-			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
+		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass",
+			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "Namespace", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
+			"ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
 			t.Errorf("platform %q, every option: kinds %v, want %v", p, got, want)
 		}
@@ -776,7 +781,7 @@ func ruleFor(role *rbacv1.ClusterRole, resource string) *rbacv1.PolicyRule {
 // binding, the RBAC rules for slices and claims, the kubelet plugin mounts
 // and --dra; dra.driverName is the driver everywhere it appears.
 func TestChartDRA(t *testing.T) {
-	objs := render(t, "--set", "dra.enabled=false")
+	objs := render(t, "--set", "dra.enabled=false", "--set", "nodeReadiness.mode=off")
 	// The pods policy stays: it narrows pods/status, which meshlet always
 	// patches.
 	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount",
@@ -906,7 +911,8 @@ func TestChartOptionalObjects(t *testing.T) {
 
 // cluster-scoped kinds among the manifests.
 var clusterScoped = map[string]bool{"Namespace": true, "ClusterRole": true, "ClusterRoleBinding": true,
-	"DeviceClass": true, "ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true}
+	"DeviceClass": true, "ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
+	"MutatingAdmissionPolicy": true, "MutatingAdmissionPolicyBinding": true}
 
 // TestKubectlApplyOrder: `kubectl apply -f deploy/` works on a fresh
 // cluster. kubectl reads a directory's .json, .yaml and .yml files (not
@@ -1063,5 +1069,106 @@ func TestChartRevision(t *testing.T) {
 	}
 	if _, err := helm(t).Template(context.Background(), "--set", "config.revision=Canary", "--set", "dra.enabled=false"); err == nil || !strings.Contains(err.Error(), "revision") {
 		t.Errorf("revision Canary: %v, want the schema to refuse it", err)
+	}
+}
+
+// TestChartNodeReadiness: nodeReadiness picks the taint on clusters whose
+// admission can give pods outside the mesh its toleration (>= 1.36) and
+// nothing elsewhere, with a revision or standalone; each mode brings its
+// flag, the RBAC it needs and no more, and the policy naming its key; a
+// mode that cannot work is refused with the value to change.
+func TestChartNodeReadiness(t *testing.T) {
+	nodeRule := func(objs []object) *rbacv1.PolicyRule { return ruleFor(only[*rbacv1.ClusterRole](t, objs), "nodes") }
+	policyNamed := func(objs []object, name string) bool {
+		return slices.ContainsFunc(objs, func(o object) bool { return o.Name == name })
+	}
+
+	objs := render(t)
+	ds := only[*appsv1.DaemonSet](t, objs)
+	if got := envValue(ds, "MESHLET_NODE_TAINT"); got != "mesh.meshlet.dev/not-ready" {
+		t.Errorf("default on %s: MESHLET_NODE_TAINT=%q, want the driver's not-ready key", "helm template's Kubernetes", got)
+	}
+	if r := nodeRule(objs); r == nil || !slices.Equal(r.Verbs, []string{"get", "list", "watch", "update"}) {
+		t.Errorf("taint: nodes rule %+v, want get, list, watch, update", r)
+	}
+	if ruleFor(only[*rbacv1.ClusterRole](t, objs), "nodes/status") != nil {
+		t.Error("taint: the role grants nodes/status")
+	}
+	if !policyNamed(objs, "meshlet-nodes") || !policyNamed(objs, "meshlet-tolerate-outside-mesh") {
+		t.Error("taint: want the nodes policy and the toleration policy")
+	}
+
+	for _, c := range []struct {
+		what string
+		args []string
+	}{
+		{"Kubernetes 1.35", []string{"--kube-version", "1.35.0"}},
+		{"a revision", []string{"--set", "config.revision=canary", "--set", "dra.enabled=false"}},
+		{"standalone", []string{"--set", "config.standalone=true"}},
+		{"mode off", []string{"--set", "nodeReadiness.mode=off"}},
+	} {
+		objs := render(t, c.args...)
+		ds := only[*appsv1.DaemonSet](t, objs)
+		if envValue(ds, "MESHLET_NODE_TAINT") != "" || envValue(ds, "MESHLET_NODE_CONDITION") != "" ||
+			policyNamed(objs, "meshlet-nodes") || policyNamed(objs, "meshlet-tolerate-outside-mesh") {
+			t.Errorf("%s: want no node taint, condition or their policies", c.what)
+		}
+		if r := nodeRule(objs); r == nil || !slices.Equal(r.Verbs, []string{"get"}) {
+			t.Errorf("%s: nodes rule %+v, want get only", c.what, r)
+		}
+	}
+
+	objs = render(t, "--set", "nodeReadiness.mode=condition", "--set", "dra.driverName=mesh.example.com")
+	ds = only[*appsv1.DaemonSet](t, objs)
+	if got := envValue(ds, "MESHLET_NODE_CONDITION"); got != "mesh.example.com/MeshReady" || envValue(ds, "MESHLET_NODE_TAINT") != "" {
+		t.Errorf("condition: MESHLET_NODE_CONDITION=%q and no taint, want mesh.example.com/MeshReady", got)
+	}
+	if r := nodeRule(objs); r == nil || !slices.Equal(r.Verbs, []string{"get", "list", "watch"}) {
+		t.Errorf("condition: nodes rule %+v, want get, list, watch", r)
+	}
+	if r := ruleFor(only[*rbacv1.ClusterRole](t, objs), "nodes/status"); r == nil || !slices.Equal(r.Verbs, []string{"patch"}) {
+		t.Errorf("condition: nodes/status rule %+v, want patch", r)
+	}
+	vap := named[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "meshlet-nodes")
+	if got := vap.Spec.Variables[1].Expression; !strings.Contains(got, `t.key != ""`) {
+		t.Errorf("condition: the policy lets meshlet change a taint: %s", got)
+	}
+	if got := vap.Spec.Variables[3].Expression; !strings.Contains(got, `c.type != "mesh.example.com/MeshReady"`) {
+		t.Errorf("condition: the policy does not name the condition: %s", got)
+	}
+	// The Node Readiness Controller's rule, where its API is served.
+	out, err := helm(t).Template(context.Background(), "--set", "nodeReadiness.mode=condition", "--api-versions", "readiness.node.x-k8s.io/v1alpha1",
+		"--show-only", "templates/nodereadiness.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind: NodeReadinessRule", `type: "mesh.meshlet.dev/MeshReady"`, `requiredStatus: "True"`, `key: "mesh.meshlet.dev/not-ready"`,
+		"enforcementMode: continuous", "kubernetes.io/os: linux"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("NodeReadinessRule: %q missing in\n%s", want, out)
+		}
+	}
+
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--set", "nodeReadiness.mode=taint", "--kube-version", "1.35.0"}, []string{"nodeReadiness.tolerateOutsideMesh", "1.36"}},
+		{[]string{"--set", "nodeReadiness.mode=taint", "--set", "config.standalone=true"}, []string{"nodeReadiness.mode=taint", "config.standalone"}},
+		{[]string{"--set", "nodeReadiness.mode=sometimes"}, []string{"nodeReadiness.mode"}},
+		{[]string{"--set", "nodeReadiness.taintKey=not a key"}, []string{"nodeReadiness.taintKey"}},
+	} {
+		_, err := helm(t).Template(context.Background(), c.args...)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("helm template %s: %v, want an error naming %q", strings.Join(c.args, " "), err, w)
+			}
+		}
+	}
+	// taint on an older cluster works when pods are given the toleration
+	// otherwise.
+	objs = render(t, "--set", "nodeReadiness.mode=taint", "--set", "nodeReadiness.tolerateOutsideMesh=false", "--kube-version", "1.35.0")
+	if envValue(only[*appsv1.DaemonSet](t, objs), "MESHLET_NODE_TAINT") == "" || policyNamed(objs, "meshlet-tolerate-outside-mesh") {
+		t.Error("taint without tolerateOutsideMesh on 1.35: want the taint and no toleration policy")
 	}
 }

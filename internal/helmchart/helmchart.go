@@ -120,6 +120,7 @@ func Files() []File {
 		{"deploy/rbac.yaml", []string{"--set", "dra.enabled=true", "--show-only", "templates/rbac.yaml"}},
 		{"deploy/meshlet.yaml", []string{"--set", "dra.enabled=true", "--show-only", "templates/settings.yaml", "--show-only", "templates/daemonset.yaml"}},
 		{"deploy/dra.yaml", []string{"--set", "dra.enabled=true", "--show-only", "templates/dra.yaml"}},
+		{"deploy/nodereadiness.yaml", []string{"--set", "nodeReadiness.mode=taint", "--show-only", "templates/nodereadiness.yaml"}},
 	}
 	for _, p := range Platforms {
 		fs = append(fs, File{ChartDir + "/testdata/" + PlatformGolden(p) + ".yaml", []string{"--set", "platform=" + p}})

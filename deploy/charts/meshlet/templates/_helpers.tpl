@@ -270,6 +270,56 @@ cdi-spec-dir: paths.cdiSpecDir
 gate-hook-dir: paths.gateHookDir
 gate-socket: paths.gateSocket
 config-map: nodeSettings (create, extraConfigMaps)
+node-taint: nodeReadiness (mode, taintKey)
+node-condition: nodeReadiness (mode, conditionType)
+{{- end -}}
+
+{{/*
+meshlet.nodeReadiness: how the node's mesh readiness reaches the scheduler:
+taint, condition or off (nodeReadiness.mode; "" is taint on Kubernetes >=
+1.36, where admission can give pods outside the mesh the taint's
+toleration, and off on older clusters and with config.revision).
+*/}}
+{{- define "meshlet.nodeReadiness" -}}
+{{- $mode := .Values.nodeReadiness.mode | default "" -}}
+{{- if and (has $mode (list "taint" "condition")) .Values.config.standalone -}}
+{{- fail (printf "nodeReadiness.mode=%s needs the API server: set it off (or \"\") with config.standalone" $mode) -}}
+{{- end -}}
+{{- if ne $mode "" -}}
+{{- $mode -}}
+{{- else if and (not .Values.config.revision) (not .Values.config.standalone) (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+taint
+{{- else -}}
+off
+{{- end -}}
+{{- end -}}
+
+{{/*
+meshlet.nodeTaintKey and meshlet.nodeConditionType: nodeReadiness's taint
+key and condition type, by default the DRA driver's name's (the mesh
+device's taint has that key too).
+*/}}
+{{- define "meshlet.nodeTaintKey" -}}
+{{- .Values.nodeReadiness.taintKey | default (printf "%s/not-ready" .Values.dra.driverName) -}}
+{{- end -}}
+{{- define "meshlet.nodeConditionType" -}}
+{{- .Values.nodeReadiness.conditionType | default (printf "%s/MeshReady" .Values.dra.driverName) -}}
+{{- end -}}
+
+{{/*
+meshlet.tolerateOutsideMesh: whether the chart's MutatingAdmissionPolicy
+gives pods outside the mesh the node taint's toleration.
+*/}}
+{{- define "meshlet.tolerateOutsideMesh" -}}
+{{- $mode := include "meshlet.nodeReadiness" . -}}
+{{- if and (ne $mode "off") .Values.nodeReadiness.tolerateOutsideMesh -}}
+{{- if not (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "nodeReadiness.tolerateOutsideMesh needs Kubernetes >= 1.36 (MutatingAdmissionPolicy), the cluster is %s: set it false and give the pods that need not wait a toleration of %s yourself, or set nodeReadiness.mode=off" .Capabilities.KubeVersion.Version (include "meshlet.nodeTaintKey" .)) -}}
+{{- end -}}
+true
+{{- else -}}
+false
+{{- end -}}
 {{- end -}}
 
 {{/*

@@ -1,0 +1,352 @@
+package kube_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2/ktesting"
+
+	"github.com/meshlet/meshlet/agent/kube"
+	"github.com/meshlet/meshlet/agent/meshready"
+)
+
+// The node readiness facts deploy/rbac.yaml and nodereadiness.yaml are
+// rendered with (nodeReadiness.mode=taint).
+const (
+	nodeTaint = "mesh.meshlet.dev/not-ready"
+	nodesVAP  = "meshlet-nodes"
+)
+
+// meshState is a mesh state a test sets.
+type meshState struct {
+	mu sync.Mutex
+	s  meshready.State
+}
+
+func (m *meshState) set(s meshready.State) { m.mu.Lock(); m.s = s; m.mu.Unlock() }
+func (m *meshState) get() meshready.State  { m.mu.Lock(); defer m.mu.Unlock(); return m.s }
+
+var ztunnelGone = meshready.State{Reason: meshready.ReasonZtunnel, Message: "no ztunnel"}
+
+// runNodeReadiness runs the publisher as rc until the returned stop is
+// called (or the test ends), which waits for it to return.
+func runNodeReadiness(t *testing.T, rc kubernetes.Interface, cfg kube.NodeReadinessConfig, m *meshState) (*kube.NodeReadiness, func()) {
+	t.Helper()
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+	nr := kube.NewNodeReadiness(rc, cfg)
+	done := make(chan struct{})
+	go func() { defer close(done); nr.Run(ctx, m.get) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return nr, stop
+}
+
+// meshTaints are the node's taints of key.
+func meshTaints(t *testing.T, c kubernetes.Interface, node, key string) []corev1.Taint {
+	t.Helper()
+	n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	must(t, err)
+	var out []corev1.Taint
+	for _, tn := range n.Spec.Taints {
+		if tn.Key == key {
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+// waitTaint waits until the node has exactly the taint key=value:NoSchedule
+// (value "": none of key).
+func waitTaint(t *testing.T, c kubernetes.Interface, node, key, value string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("node %s taint %s=%q", node, key, value), func() bool {
+		got := meshTaints(t, c, node, key)
+		if value == "" {
+			return len(got) == 0
+		}
+		return len(got) == 1 && got[0].Value == value && got[0].Effect == corev1.TaintEffectNoSchedule
+	})
+}
+
+// TestNodeReadinessTaint: meshlet, as its node's own service account under
+// deploy/rbac.yaml's role and policy, keeps the taint on its node while the
+// mesh is not ready and only then: it follows the state, puts back a taint
+// someone removed, keeps every other taint, leaves it (meshlet-stopped) on
+// stop and removes it on an uninstall.
+func TestNodeReadinessTaint(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	node := fmt.Sprintf("taint-%d", seq.Add(1))
+	rc := meshletOn(t, c, node)
+	// Another agent's taint, and the kubelet's --register-with-taints.
+	n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	must(t, err)
+	other := corev1.Taint{Key: "example.com/gpu", Value: "x", Effect: corev1.TaintEffectNoExecute}
+	n.Spec.Taints = []corev1.Taint{other, {Key: nodeTaint, Effect: corev1.TaintEffectNoSchedule}}
+	_, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	must(t, err)
+
+	m := &meshState{s: meshready.State{Reason: meshready.ReasonRuntime, Message: "no NRI"}}
+	nr, stop := runNodeReadiness(t, rc, kube.NodeReadinessConfig{Node: node, TaintKey: nodeTaint}, m)
+	waitTaint(t, c, node, nodeTaint, meshready.ReasonRuntime)
+	m.set(meshready.State{Ready: true})
+	waitTaint(t, c, node, nodeTaint, "")
+	m.set(ztunnelGone)
+	waitTaint(t, c, node, nodeTaint, meshready.ReasonZtunnel)
+	if st, ok, err := nr.Published(); !ok || err != nil || st != ztunnelGone {
+		t.Errorf("Published() = %+v, %v, %v; want %+v", st, ok, err, ztunnelGone)
+	}
+
+	// Someone removes the taint while the mesh is not ready: it comes back.
+	n, err = c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	must(t, err)
+	n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == nodeTaint })
+	_, err = c.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+	must(t, err)
+	waitTaint(t, c, node, nodeTaint, meshready.ReasonZtunnel)
+
+	m.set(meshready.State{Ready: true})
+	waitTaint(t, c, node, nodeTaint, "")
+	stop()
+	// Stopped: tainted before Run returned.
+	if got := meshTaints(t, c, node, nodeTaint); len(got) != 1 || got[0].Value != meshready.ReasonStopped {
+		t.Errorf("taints after stop: %+v, want %s=%s", got, nodeTaint, meshready.ReasonStopped)
+	}
+	// Uninstalled: gone.
+	must(t, kube.NewNodeReadiness(rc, kube.NodeReadinessConfig{Node: node, TaintKey: nodeTaint}).Remove(ctx))
+	n, err = c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	must(t, err)
+	if !slices.Equal(n.Spec.Taints, []corev1.Taint{other}) {
+		t.Errorf("taints after uninstall: %+v, want only %+v", n.Spec.Taints, other)
+	}
+}
+
+// TestNodeReadinessCondition: with a condition (the Node Readiness
+// Controller's input) instead, True while ready, False with the reason in
+// CamelCase while not, its transition time kept while the status is, and
+// removed on an uninstall. As an admin: deploy/rbac.yaml is rendered for
+// the taint.
+func TestNodeReadinessCondition(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	node := fmt.Sprintf("cond-%d", seq.Add(1))
+	_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{})
+	must(t, err)
+	const typ = "mesh.meshlet.dev/MeshReady"
+	cond := func() *corev1.NodeCondition {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		must(t, err)
+		for i := range n.Status.Conditions {
+			if n.Status.Conditions[i].Type == typ {
+				return &n.Status.Conditions[i]
+			}
+		}
+		return nil
+	}
+	waitCond := func(status corev1.ConditionStatus, reason string) *corev1.NodeCondition {
+		t.Helper()
+		var got *corev1.NodeCondition
+		eventually(t, fmt.Sprintf("condition %s=%s (%s)", typ, status, reason), func() bool {
+			got = cond()
+			return got != nil && got.Status == status && got.Reason == reason
+		})
+		return got
+	}
+	m := &meshState{s: meshready.State{Reason: meshready.ReasonRuntime, Message: "no NRI"}}
+	_, stop := runNodeReadiness(t, c, kube.NodeReadinessConfig{Node: node, ConditionType: typ}, m)
+	first := waitCond(corev1.ConditionFalse, "RuntimeHookDisconnected")
+	if first.Message != "no NRI" {
+		t.Errorf("message %q, want the state's", first.Message)
+	}
+	m.set(ztunnelGone)
+	second := waitCond(corev1.ConditionFalse, "ZtunnelDisconnected")
+	if !second.LastTransitionTime.Equal(&first.LastTransitionTime) {
+		t.Errorf("lastTransitionTime moved from %v to %v without a change of status", first.LastTransitionTime, second.LastTransitionTime)
+	}
+	m.set(meshready.State{Ready: true})
+	waitCond(corev1.ConditionTrue, "MeshReady")
+	stop()
+	if got := cond(); got == nil || got.Status != corev1.ConditionFalse || got.Reason != "MeshletStopped" {
+		t.Errorf("condition after stop: %+v, want False MeshletStopped", got)
+	}
+	must(t, kube.NewNodeReadiness(c, kube.NodeReadinessConfig{Node: node, ConditionType: typ}).Remove(ctx))
+	if got := cond(); got != nil {
+		t.Errorf("condition after uninstall: %+v, want none", got)
+	}
+}
+
+// TestRBACNodeReadiness: deploy/rbac.yaml lets a node's meshlet change its
+// own node's mesh taint and nothing else of any node: a meshlet token from
+// node B can neither taint nor untaint node A, nor cordon, relabel or
+// change another taint of its own node.
+func TestRBACNodeReadiness(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	a, b := fmt.Sprintf("rbac-a-%d", seq.Add(1)), fmt.Sprintf("rbac-b-%d", seq.Add(1))
+	onA := meshletOn(t, c, a)
+	onB := meshletOn(t, c, b)
+	update := func(rc kubernetes.Interface, node string, change func(*corev1.Node), dryRun bool) error {
+		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		must(t, err)
+		change(n)
+		opts := metav1.UpdateOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err = rc.CoreV1().Nodes().Update(ctx, n, opts)
+		return err
+	}
+	taint := func(n *corev1.Node) {
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: nodeTaint, Value: meshready.ReasonZtunnel, Effect: corev1.TaintEffectNoSchedule})
+	}
+	untaint := func(n *corev1.Node) {
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == nodeTaint })
+	}
+	// The policy is enforced once admission has loaded it and its binding.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := update(onB, a, taint, true)
+		if refusedByNodesVAP(err, "may not change node '"+a+"'") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ValidatingAdmissionPolicy %s not enforced after 30s: last answer %v", nodesVAP, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Its own node: taint and untaint.
+	must(t, update(onA, a, taint, false))
+	must(t, update(onB, b, taint, false))
+	for _, tc := range []struct {
+		what   string
+		rc     kubernetes.Interface
+		node   string
+		change func(*corev1.Node)
+		want   string
+	}{
+		{"untaint another node", onB, a, untaint, "may not change node '" + a + "'"},
+		{"taint another node (already tainted)", onB, a, func(n *corev1.Node) { untaint(n); taint(n) }, "may not change node '" + a + "'"},
+		{"cordon its node", onB, b, func(n *corev1.Node) { n.Spec.Unschedulable = true }, "only the taint"},
+		{"another taint of its node", onB, b, func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "example.com/x", Effect: corev1.TaintEffectNoExecute})
+		}, "only the taint"},
+		{"relabel its node", onB, b, func(n *corev1.Node) { n.Labels = map[string]string{"x": "y"} }, "labels"},
+		{"with a token bound to no pod", unboundMeshlet(t), b, untaint, "not bound to a pod on a node"},
+	} {
+		if err := update(tc.rc, tc.node, tc.change, false); !refusedByNodesVAP(err, tc.want) {
+			t.Errorf("meshlet: %s: %v, want refused by %s with %q", tc.what, err, nodesVAP, tc.want)
+		}
+	}
+	// Patches and the status are refused by RBAC (meshlet updates the
+	// taints; nodes/status only in condition mode), and nodes are not
+	// meshlet's to delete.
+	n, err := c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
+	must(t, err)
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.9"}}
+	if _, err := onB.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("update its node's status: %v, want Forbidden", err)
+	}
+	_, err = onB.CoreV1().Nodes().Patch(ctx, b, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("patch its node: %v, want Forbidden", err)
+	}
+	if err := onB.CoreV1().Nodes().Delete(ctx, a, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("delete another node: %v, want Forbidden", err)
+	}
+	// The untaint of its own node, through the publisher itself.
+	m := &meshState{s: meshready.State{Ready: true}}
+	_, stop := runNodeReadiness(t, onB, kube.NodeReadinessConfig{Node: b, TaintKey: nodeTaint}, m)
+	waitTaint(t, c, b, nodeTaint, "")
+	stop()
+	waitTaint(t, c, a, nodeTaint, meshready.ReasonZtunnel)
+}
+
+// refusedByNodesVAP: err is the nodes policy's refusal, containing want.
+func refusedByNodesVAP(err error, want string) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+nodesVAP+"'") &&
+		strings.Contains(err.Error(), want)
+}
+
+// TestTolerateOutsideMesh: deploy/nodereadiness.yaml's admission policy
+// gives the node taint's toleration to every pod created outside the mesh
+// and to none that meshlet's label rule selects, on a real API server.
+func TestTolerateOutsideMesh(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	applyManifest(t, c, "nodereadiness.yaml")
+	plain := namespace(t, c, nil)
+	mesh := namespace(t, c, ambient)
+	optOut := map[string]string{"istio.io/dataplane-mode": "none"}
+	tolerates := func(p *corev1.Pod) bool {
+		return slices.ContainsFunc(p.Spec.Tolerations, func(tl corev1.Toleration) bool {
+			return tl.Key == nodeTaint && tl.Operator == corev1.TolerationOpExists && tl.Effect == corev1.TaintEffectNoSchedule
+		})
+	}
+	create := func(ns string, labels map[string]string, edit func(*corev1.PodSpec)) *corev1.Pod {
+		t.Helper()
+		spec := corev1.PodSpec{AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "app", Image: "meshlet.test/pause:1"}}}
+		if edit != nil {
+			edit(&spec)
+		}
+		p, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "tol-", Labels: labels}, Spec: spec},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		must(t, err)
+		return p
+	}
+	// The policy applies once admission has loaded it and its binding.
+	eventually(t, "MutatingAdmissionPolicy meshlet-tolerate-outside-mesh in effect", func() bool { return tolerates(create(plain, nil, nil)) })
+	hostNetwork := func(s *corev1.PodSpec) { s.HostNetwork = true }
+	for _, tc := range []struct {
+		what   string
+		ns     string
+		labels map[string]string
+		edit   func(*corev1.PodSpec)
+		want   bool
+	}{
+		{"a pod in a namespace outside the mesh", plain, nil, nil, true},
+		{"a pod in an ambient namespace", mesh, nil, nil, false},
+		{"a pod labelled ambient in a plain namespace", plain, ambient, nil, false},
+		{"a pod labelled none in an ambient namespace", mesh, optOut, nil, true},
+		{"a host-network pod in an ambient namespace", mesh, nil, hostNetwork, true},
+		{"a pod with a toleration of its own", plain, nil, func(s *corev1.PodSpec) {
+			s.Tolerations = []corev1.Toleration{{Key: "example.com/x", Operator: corev1.TolerationOpExists}}
+		}, true},
+	} {
+		if got := tolerates(create(tc.ns, tc.labels, tc.edit)); got != tc.want {
+			t.Errorf("%s: tolerates %s: %v, want %v", tc.what, nodeTaint, got, tc.want)
+		}
+	}
+	// Added after the pod's own tolerations, which stay; a pod that
+	// tolerates every taint is left as it is.
+	p := create(plain, nil, func(s *corev1.PodSpec) {
+		s.Tolerations = []corev1.Toleration{{Key: "example.com/x", Operator: corev1.TolerationOpExists}}
+	})
+	if p.Spec.Tolerations[0].Key != "example.com/x" {
+		t.Errorf("the pod's own toleration moved or went: %+v", p.Spec.Tolerations)
+	}
+	all := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	p = create(plain, nil, func(s *corev1.PodSpec) { s.Tolerations = slices.Clone(all) })
+	if tolerates(p) {
+		t.Errorf("a pod tolerating every taint got another toleration: %+v", p.Spec.Tolerations)
+	}
+	// kube-system (excluded from the mesh) even when labelled.
+	ks, err := c.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{})
+	must(t, err)
+	if ks.Labels["istio.io/dataplane-mode"] == "" {
+		serviceAccount(t, c, "kube-system", "default")
+		if !tolerates(create("kube-system", ambient, nil)) {
+			t.Errorf("a pod labelled ambient in kube-system got no toleration")
+		}
+	}
+}
