@@ -94,6 +94,24 @@ func buildImageWith(t testing.TB, version string, iptables bool) {
 // buildImageInto is buildImageWith into the runtime of environment e.
 func buildImageInto(t testing.TB, e *env.Env, version string, iptables bool) {
 	t.Helper()
+	importImage(t, buildImageTar(t, version, iptables), version, e)
+}
+
+// importImage imports meshlet's image, an OCI archive, as version into
+// the runtimes of envs.
+func importImage(t testing.TB, tar, version string, envs ...*env.Env) {
+	t.Helper()
+	for _, e := range envs {
+		if err := e.ImportImage(tar, "localhost/meshlet/meshlet:"+version); err != nil {
+			t.Fatalf("import image %s: %v", version, err)
+		}
+	}
+}
+
+// buildImageTar builds meshlet's image at version as an OCI archive (for
+// this node's architecture only) and returns its path.
+func buildImageTar(t testing.TB, version string, iptables bool) string {
+	t.Helper()
 	tar := filepath.Join(t.TempDir(), "meshlet-image.tar")
 	cmd := exec.Command("go", "run", "./hack/mkimage", "-o", tar, "-version", version, fmt.Sprintf("-iptables=%v", iptables), "-platforms", "linux/"+runtime.GOARCH)
 	cmd.Dir = moduleRoot(t)
@@ -106,9 +124,7 @@ func buildImageInto(t testing.TB, e *env.Env, version string, iptables bool) {
 	if err != nil {
 		t.Fatalf("build image %s: %v\n%s", version, err, out)
 	}
-	if err := e.ImportImage(tar, "localhost/meshlet/meshlet:"+version); err != nil {
-		t.Fatalf("import image %s: %v", version, err)
-	}
+	return tar
 }
 
 func moduleRoot(t testing.TB) string {
@@ -643,7 +659,13 @@ func watchSurge(t *testing.T, c *clusterenv.Cluster, old, next string) func() st
 // podLog is the kubelet's log of one of the pod's containers.
 func podLog(t testing.TB, p *corev1.Pod, container string) string {
 	t.Helper()
-	logs, _ := filepath.Glob(fmt.Sprintf("/var/log/pods/%s_%s_%s/%s/*.log", p.Namespace, p.Name, p.UID, container))
+	return podLogIn(t, "/var/log/pods", p, container)
+}
+
+// podLogIn is podLog on a node whose kubelet keeps pods' logs in dir.
+func podLogIn(t testing.TB, dir string, p *corev1.Pod, container string) string {
+	t.Helper()
+	logs, _ := filepath.Glob(fmt.Sprintf("%s/%s_%s_%s/%s/*.log", dir, p.Namespace, p.Name, p.UID, container))
 	var all strings.Builder
 	for _, l := range logs {
 		b, err := os.ReadFile(l)

@@ -45,6 +45,20 @@ type Options struct {
 	// DisableNRI starts the runtime without NRI, as on a node where the
 	// CNI fallback must enroll pods.
 	DisableNRI bool
+	// Subnet is the pods' network (Subnet if empty): each node of a
+	// cluster gets its own.
+	Subnet string
+	// MountNamespace, if set, is a mount namespace (a path: see
+	// NewMountNamespace) the runtime runs in: a second node's. Only
+	// containerd 2.x.
+	MountNamespace string
+	// NodeDir is where the node's processes (the runtime, the kubelet,
+	// pods) see Dir: in a second node's mount namespace, Dir is bound
+	// over node A's directory, so that one DaemonSet's host paths name
+	// each node's own files. The runtime's configuration names its paths
+	// there (so do the network namespace paths it reports); the test
+	// process reaches them under Dir. Empty: Dir.
+	NodeDir string
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -64,6 +78,24 @@ type Env struct {
 }
 
 func (e *Env) path(p ...string) string { return filepath.Join(append([]string{e.opts.Dir}, p...)...) }
+
+// nodePath is path(p...) as the node's processes see it (Options.NodeDir).
+func (e *Env) nodePath(p ...string) string {
+	dir := e.opts.NodeDir
+	if dir == "" {
+		dir = e.opts.Dir
+	}
+	return filepath.Join(append([]string{dir}, p...)...)
+}
+
+// The environment's files, under its Dir.
+const (
+	criSocket  = "cri.sock"
+	nriSocket  = "nri.sock"
+	cniConfDir = "cni/net.d"
+	cniBinDir  = "cni/bin"
+	cdiSpecDir = "cdi"
+)
 
 // envSeq tells apart the environments of one test binary, which may start
 // side by side (a runtime per parallel subtest).
@@ -85,6 +117,12 @@ func Start(opts Options) (_ *Env, err error) {
 	if opts.RuntimeBinDir == "" {
 		opts.RuntimeBinDir = opts.BinDir
 	}
+	if (opts.MountNamespace != "" || opts.NodeDir != "") && opts.Runtime != Containerd {
+		return nil, fmt.Errorf("a second node's environment (MountNamespace, NodeDir) runs only containerd 2.x, not %s", opts.Runtime)
+	}
+	if opts.Subnet == "" {
+		opts.Subnet = Subnet
+	}
 	if len(opts.RequiredPlugins) > 0 && !kind.validator {
 		return nil, fmt.Errorf("%s has no NRI validator to require plugins %q with", opts.Runtime, opts.RequiredPlugins)
 	}
@@ -105,8 +143,8 @@ func Start(opts Options) (_ *Env, err error) {
 		return nil, fmt.Errorf("e2e needs the CNI plugins in /usr/lib/cni (Debian containernetworking-plugins): %w", err)
 	}
 	e := &Env{opts: opts, kind: kind, Netns: fmt.Sprintf("meshlet-e2e-%d-%d", os.Getpid(), envSeq.Add(1))}
-	e.CRISocket = e.path("cri.sock")
-	e.NRISocket = e.path("nri.sock")
+	e.CRISocket = e.path(criSocket)
+	e.NRISocket = e.path(nriSocket)
 	defer func() {
 		if err != nil {
 			_ = e.Stop()
@@ -245,19 +283,19 @@ func (e *Env) writeConfig() error {
     {"type": "loopback"}
   ]
 }
-`, e.Netns, Subnet, e.path("cni/data"))
+`, e.Netns, e.opts.Subnet, e.nodePath("cni/data"))
 	return os.WriteFile(e.PrimaryConflist(), []byte(conflist), 0o644)
 }
 
 // CNIConfDir and CNIBinDir are the runtime's CNI directories (meshlet's
 // --cni-conf-dir and --cni-bin-dir); PrimaryConflist is the pod network's
 // conflist in CNIConfDir, as the environment wrote it.
-func (e *Env) CNIConfDir() string      { return e.path("cni/net.d") }
-func (e *Env) CNIBinDir() string       { return e.path("cni/bin") }
+func (e *Env) CNIConfDir() string      { return e.path(cniConfDir) }
+func (e *Env) CNIBinDir() string       { return e.path(cniBinDir) }
 func (e *Env) PrimaryConflist() string { return e.path("cni/net.d/10-meshlet-e2e.conflist") }
 
 // CDISpecDir is the runtime's CDI spec directory, meshlet's --cdi-spec-dir.
-func (e *Env) CDISpecDir() string { return e.path("cdi") }
+func (e *Env) CDISpecDir() string { return e.path(cdiSpecDir) }
 
 // GateHookDir is where meshlet copies meshlet-gate (--gate-hook-dir).
 func (e *Env) GateHookDir() string { return e.path("gate") }
@@ -312,7 +350,11 @@ func (e *Env) startRuntime() error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + e.NetnsPath()}, e.kind.argv(e)...)...)
+	ns := []string{"--net=" + e.NetnsPath()}
+	if e.opts.MountNamespace != "" {
+		ns = append(ns, "--mount="+e.opts.MountNamespace)
+	}
+	cmd := exec.Command("nsenter", append(ns, e.kind.argv(e)...)...)
 	cmd.Env = append(os.Environ(), "PATH="+e.opts.RuntimeBinDir+":"+os.Getenv("PATH"))
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -443,8 +485,12 @@ func (e *Env) Stop() error {
 		errs = append(errs, err)
 	}
 	// Shims of removed pods exit on their own; any left (a pod rmp could
-	// not remove) are found by our private paths on their command line.
+	// not remove) are found by our private paths on their command line,
+	// or, a second node's, by their mount namespace.
 	killUnder(e.opts.Dir)
+	if e.opts.MountNamespace != "" {
+		KillInMountNamespace(e.opts.MountNamespace)
+	}
 	unmountUnder(e.opts.Dir)
 	if e.Netns != "" {
 		_ = run("ip", "netns", "del", e.Netns)

@@ -119,6 +119,8 @@ func (e *Env) validatorConfig() string {
 `, strings.Join(q, ", "))
 }
 
+// writeContainerd2Config is containerd 2.x's configuration, every path
+// private and as the node's processes see it (Options.NodeDir).
 func writeContainerd2Config(e *Env) error {
 	cfg := fmt.Sprintf(`version = 3
 root = %[1]q
@@ -158,8 +160,9 @@ state = %[2]q
   socket_path = %[10]q
   plugin_request_timeout = '2s'
   plugin_registration_timeout = '5s'
-%[11]s`, e.path("root"), e.path("state"), e.CRISocket, e.path("ttrpc.sock"), e.path("s"),
-		e.CNIConfDir(), mustLook("runc"), e.path("runc"), Image, e.NRISocket, e.validatorConfig(), e.CNIBinDir(), e.opts.DisableNRI, e.CDISpecDir())
+%[11]s`, e.nodePath("root"), e.nodePath("state"), e.nodePath(criSocket), e.nodePath("ttrpc.sock"), e.nodePath("s"),
+		e.nodePath(cniConfDir), mustLook("runc"), e.nodePath("runc"), Image, e.nodePath(nriSocket), e.validatorConfig(), e.nodePath(cniBinDir),
+		e.opts.DisableNRI, e.nodePath(cdiSpecDir))
 	return os.WriteFile(e.path("containerd.toml"), []byte(cfg), 0o644)
 }
 

@@ -82,7 +82,9 @@ type Cluster struct {
 	Kube   *kubeenv.Env
 	Client kubernetes.Interface
 	procs  []*proc // in start order; stopped in reverse
-	undo   []func() error
+	// nodes are the nodes added to the first (AddNode), stopped first.
+	nodes []*Node
+	undo  []func() error
 }
 
 type proc struct {
@@ -267,6 +269,26 @@ func (c *Cluster) startKubelet(kubeconfig string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
+	cfg := c.kubeletConfig(c.opts.CRISocket, "")
+	cfgPath := c.path("kubelet.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	// The kubelet makes its root dir a shared bind mount; unmount it and
+	// everything under it when it is gone.
+	c.undo = append(c.undo, func() error {
+		_ = exec.Command("umount", "-R", "-l", root).Run()
+		return nil
+	})
+	args := append(c.opts.featureGates(), "--config", cfgPath, "--kubeconfig", kubeconfig,
+		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))
+	args = append(args, c.kubeletFlags()...)
+	return c.start("kubelet", args...)
+}
+
+// kubeletConfig is a kubelet's configuration: the runtime at criSocket,
+// pods' cgroups under cgroupRoot ("": the machine's root).
+func (c *Cluster) kubeletConfig(criSocket, cgroupRoot string) string {
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -286,47 +308,64 @@ authorization: {mode: AlwaysAllow}
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`, c.opts.CRISocket)
+`, criSocket)
 	if d := c.opts.MaxContainerRestartPeriod; d > 0 {
 		cfg += fmt.Sprintf("featureGates: {KubeletCrashLoopBackOffMax: true}\ncrashLoopBackOff: {maxContainerRestartPeriod: %s}\n", d)
 	}
-	cfgPath := c.path("kubelet.yaml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return err
+	if cgroupRoot != "" {
+		cfg += fmt.Sprintf("cgroupRoot: %s\ncgroupsPerQOS: true\n", cgroupRoot)
 	}
-	// The kubelet makes its root dir a shared bind mount; unmount it and
-	// everything under it when it is gone.
-	c.undo = append(c.undo, func() error {
-		_ = exec.Command("umount", "-R", "-l", root).Run()
-		return nil
-	})
-	args := append(c.opts.featureGates(), "--config", cfgPath, "--kubeconfig", kubeconfig,
-		"--hostname-override", c.opts.NodeName, "--node-ip", NodeIP, "--root-dir", root, "--cert-dir", c.path("kubelet-pki"))
+	return cfg
+}
+
+// kubeletFlags are the kubelet flags of Options every node's kubelet gets.
+func (c *Cluster) kubeletFlags() []string {
 	if c.opts.KeepNoDeadContainers {
 		// Deprecated, and the only way: KubeletConfiguration has no field.
-		args = append(args, "--maximum-dead-containers-per-container=0")
+		return []string{"--maximum-dead-containers-per-container=0"}
 	}
-	return c.start("kubelet", args...)
+	return nil
 }
 
 // start runs a component inside the namespace, logging to Dir/<name>.log.
 func (c *Cluster) start(name string, args ...string) error {
-	logf, err := os.OpenFile(c.path(name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p, err := c.startIn(name, c.path(name+".log"), []string{"--net=" + c.opts.NetnsPath}, args...)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command("nsenter", append([]string{"--net=" + c.opts.NetnsPath, filepath.Join(c.opts.BinDir, name)}, args...)...)
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+// startIn runs the binary name in the namespaces nsenter's flags ns name,
+// logging to logPath.
+func (c *Cluster) startIn(name, logPath string, ns []string, args ...string) (*proc, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("nsenter", append(append(ns, filepath.Join(c.opts.BinDir, name)), args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fmt.Errorf("start %s: %w", name, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &proc{name: name, cmd: cmd, done: make(chan error, 1)}
 	go func() { p.done <- cmd.Wait(); logf.Close() }()
-	c.procs = append(c.procs, p)
 	c.opts.Logf("%s started (pid %d)", name, cmd.Process.Pid)
-	return nil
+	return p, nil
+}
+
+// stop stops a component: SIGTERM, then SIGKILL after 15 s.
+func (p *proc) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
 }
 
 // waitReady waits for the node to be Ready without the not-ready taint,
@@ -391,15 +430,12 @@ func (c *Cluster) Stop() error {
 	if c.Client != nil && c.exited() == nil {
 		errs = append(errs, c.DeletePods())
 	}
+	for i := len(c.nodes) - 1; i >= 0; i-- {
+		errs = append(errs, c.nodes[i].stop())
+	}
+	c.nodes = nil
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		p := c.procs[i]
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		c.procs[i].stop()
 	}
 	c.procs = nil
 	if c.opts.RemoveSandboxes != nil {
