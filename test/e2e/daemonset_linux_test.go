@@ -517,6 +517,15 @@ func (r *release) nodeClean(after string) {
 		slices, err := r.c.Client.ResourceV1().ResourceSlices().List(context.Background(), metav1.ListOptions{})
 		return err == nil && len(slices.Items) == 0
 	})
+	node, err := r.c.Client.CoreV1().Nodes().Get(context.Background(), env.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Key == meshTaint {
+			t.Fatalf("the node's mesh taint outlived %s: %+v", after, taint)
+		}
+	}
 }
 
 // meshletNodeLabel selects, in TestDaemonSetOnKubelet, the nodes meshlet
