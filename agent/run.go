@@ -282,6 +282,9 @@ func Run(ctx context.Context, cfg Config) error {
 			}})
 	}
 	nodeReadiness := startNodeReadiness(lc, cfg, api, meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket))
+	if nodeReadiness != nil {
+		metrics.RegisterNodeReadiness(reg, nodeReadiness)
+	}
 
 	var zdsServing atomic.Bool
 	serving := func() error {

@@ -50,6 +50,17 @@ func RegisterDRA(reg prometheus.Registerer, driver *draplugin.Driver, claims *cl
 	)
 }
 
+// RegisterNodeReadiness registers the node taint's (or condition's)
+// metrics.
+func RegisterNodeReadiness(reg prometheus.Registerer, nr *kube.NodeReadiness) {
+	reg.MustRegister(
+		gaugeFunc("meshlet_node_mesh_ready", "1 while the node's taint (or condition) as this meshlet last wrote it says the node's mesh takes new pods.",
+			func() float64 { st, ok, _ := nr.Published(); return oneIf(ok && st.Ready) }),
+		gaugeFunc("meshlet_node_readiness_failing", "1 while this meshlet's last write of the node's taint (or condition) failed.",
+			func() float64 { _, _, err := nr.Published(); return oneIf(err != nil) }),
+	)
+}
+
 // SettingsValid registers meshlet_settings_valid, one series per
 // --config-map: 1 while its document is in use (or the ConfigMap does not
 // exist, giving nothing), 0 while its document cannot be used or it has

@@ -3,6 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
+	"github.com/meshlet/meshlet/agent/netns/netnstest"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/internal/privtest"
 	"github.com/meshlet/meshlet/test/env"
@@ -330,6 +334,31 @@ func (tn *twoNodes) nodeOf(p *corev1.Pod) string {
 	return got.Spec.NodeName
 }
 
+// metric is the value of a metric the meshlet on the node whose network
+// namespace is netns exports (host network: the node's port 9881).
+func (tn *twoNodes) metric(netns, name string) float64 {
+	tn.t.Helper()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return netnstest.Dial(ctx, netns, network, addr)
+		}}}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://127.0.0.1:9881/metrics")
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tn.t.Fatal(err)
+	}
+	v, found := metricValue(string(page), name)
+	if !found {
+		tn.t.Fatalf("meshlet exports no %s", name)
+	}
+	return v
+}
+
 // durations summarises measured durations: p50 and max.
 type durations []time.Duration
 
@@ -431,11 +460,22 @@ func TestTwoNodes(t *testing.T) {
 		left := time.Now()
 		ztB.Stop()
 		set = append(set, tn.waitTaint(nodeB, true).Sub(left))
+		// meshlet records what it wrote once the API server answered,
+		// which may be after the watch told the test.
+		waitFor(t, "meshlet_node_mesh_ready 0 on node "+nodeB+" without ztunnel", func() bool {
+			return tn.metric(tn.b.NetnsPath(), "meshlet_node_mesh_ready") == 0
+		})
 		came := time.Now()
 		ztB = tn.ztunnel(nodeB)
 		removed = append(removed, tn.waitTaint(nodeB, false).Sub(came))
 	}
 	t.Logf("node %s mesh taint: set after ztunnel left %v; removed after ztunnel connected %v (ztunnel's connection and snapshot included)", nodeB, set, removed)
+	waitFor(t, "meshlet_node_mesh_ready 1 on node "+nodeB+" with ztunnel", func() bool {
+		return tn.metric(tn.b.NetnsPath(), "meshlet_node_mesh_ready") == 1
+	})
+	if v := tn.metric(tn.b.NetnsPath(), "meshlet_node_readiness_failing"); v != 0 {
+		t.Errorf("node %s: meshlet_node_readiness_failing %v, want 0", nodeB, v)
+	}
 	if refused := tn.sandboxRefusals(meshNS, plainNS); len(refused) > 0 {
 		t.Errorf("pods refused by a runtime hook:\n%s", strings.Join(refused, "\n"))
 	}
