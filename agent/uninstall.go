@@ -108,7 +108,8 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := parts.nodeReadiness.Remove(ctx); err != nil {
-				logger.Error(err, "Removing the node's mesh taint or condition")
+				logger.Error(err, "Removing the node's mesh taint or condition: remove it by hand, or no mesh pod is scheduled on the node again",
+					"command", "kubectl taint nodes "+cfg.NodeName+" "+cfg.NodeTaint+"-")
 				return
 			}
 			logger.Info("Removed the node's mesh taint and condition", "taint", cfg.NodeTaint, "condition", cfg.NodeCondition)

@@ -57,6 +57,10 @@ type NodeReadiness struct {
 // written.
 const nodeReadinessPoll = 100 * time.Millisecond
 
+// nodeSyncWait is how long the node's informer may take to list it before
+// meshlet says it cannot publish.
+const nodeSyncWait = 10 * time.Second
+
 // NewNodeReadiness returns the publisher for cfg; Run starts it.
 func NewNodeReadiness(client kubernetes.Interface, cfg NodeReadinessConfig) *NodeReadiness {
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -96,6 +100,7 @@ func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State) {
 	tick := time.NewTicker(nodeReadinessPoll)
 	defer tick.Stop()
 	var retryAt time.Time
+	started, toldUnsynced := time.Now(), false
 	for {
 		select {
 		case <-ctx.Done():
@@ -110,7 +115,20 @@ func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State) {
 		case <-tick.C:
 		case <-changed:
 		}
-		if !n.node.HasSynced() || time.Now().Before(retryAt) {
+		if !n.node.HasSynced() {
+			if !toldUnsynced && time.Since(started) > nodeSyncWait {
+				// The informer retries on its own; say why nothing is
+				// written meanwhile.
+				err := fmt.Errorf("node %s not listed from the API server after %v (meshlet's ClusterRole needs nodes get, list and watch)", n.cfg.Node, nodeSyncWait)
+				n.mu.Lock()
+				n.err = err
+				n.mu.Unlock()
+				logger.Error(err, "Cannot publish the node's mesh readiness yet")
+				toldUnsynced = true
+			}
+			continue
+		}
+		if time.Now().Before(retryAt) {
 			continue
 		}
 		want := state()
