@@ -313,6 +313,11 @@ func (c *Config) validateNodeReadiness() error {
 		if c.Standalone {
 			return fmt.Errorf("%s needs the API server: drop --standalone", f.flag)
 		}
+		if c.Policy.Revision != "" {
+			// Two revisions' meshlets on a node would undo each other's
+			// writes.
+			return fmt.Errorf("%s with --revision: a node has one mesh taint (or condition), for the meshlet without a revision", f.flag)
+		}
 	}
 	return nil
 }

@@ -265,3 +265,34 @@ func TestRevisionFlags(t *testing.T) {
 		t.Errorf("--revisionless-pods=sometimes: %v", err)
 	}
 }
+
+// --node-taint and --node-condition are refused, naming the flag, where
+// they cannot work: a key that is no qualified name, no API server, a
+// revision (one taint per node).
+func TestNodeReadinessFlags(t *testing.T) {
+	node := "--node-name=n1"
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{node, "--node-taint=not a key"}, `--node-taint="not a key"`},
+		{[]string{node, "--node-condition=mesh.example.com/"}, "--node-condition"},
+		{[]string{"--standalone", "--node-taint=mesh.example.com/not-ready"}, "--node-taint needs the API server"},
+		{[]string{node, "--dra=false", "--revision=canary", "--node-condition=mesh.example.com/MeshReady"}, "--node-condition with --revision"},
+	} {
+		cfg, err := parse(t, c.args, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: Validate = %v, want an error saying %s", c.args, err, c.want)
+		}
+	}
+	cfg, err := parse(t, []string{node, "--state-dir=" + t.TempDir()}, map[string]string{"MESHLET_NODE_TAINT": "mesh.example.com/not-ready"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil || cfg.NodeTaint != "mesh.example.com/not-ready" {
+		t.Errorf("MESHLET_NODE_TAINT: %q, %v", cfg.NodeTaint, err)
+	}
+}

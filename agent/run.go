@@ -281,7 +281,13 @@ func Run(ctx context.Context, cfg Config) error {
 				}
 			}})
 	}
-	nodeReadiness := startNodeReadiness(lc, cfg, api, meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket))
+	// meshlet's own DaemonSet: an uninstall, or an update that changes
+	// what the next meshlet does on the node.
+	var daemonSet *kube.DaemonSetWatch
+	if api != nil && cfg.PodName != "" {
+		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
+	}
+	nodeReadiness := startNodeReadiness(lc, cfg, api, meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket), daemonSet)
 	if nodeReadiness != nil {
 		metrics.RegisterNodeReadiness(reg, nodeReadiness)
 	}
@@ -351,10 +357,6 @@ func Run(ctx context.Context, cfg Config) error {
 		state.RunWriter(ctx, cfg.StateDir, bootID, core, m.CheckpointFailed)
 		return nil
 	})
-	var daemonSet *kube.DaemonSetWatch
-	if api != nil && cfg.PodName != "" {
-		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
-	}
 	onUninstall(ctx, lc, cfg, api, daemonSet, uninstallParts{core: core, source: source, driver: driver, redir: redir, nodeReadiness: nodeReadiness})
 	lc.start("pod source", source.Run)
 	logger.Info("meshlet started", "node", cfg.NodeName, "revision", cfg.Policy.Revision, "mode", cfg.Mode, "nriSocket", cfg.NRI.SocketPath,
@@ -372,16 +374,38 @@ func Run(ctx context.Context, cfg Config) error {
 
 // startNodeReadiness keeps the node's taint or condition (--node-taint,
 // --node-condition) in line with its mesh's state; nil when neither is set.
-func startNodeReadiness(lc *lifecycle, cfg Config, api *apiClients, state func() meshready.State) *kube.NodeReadiness {
+func startNodeReadiness(lc *lifecycle, cfg Config, api *apiClients, state func() meshready.State, ds *kube.DaemonSetWatch) *kube.NodeReadiness {
 	if api == nil || (cfg.NodeTaint == "" && cfg.NodeCondition == "") {
 		return nil
 	}
 	nr := kube.NewNodeReadiness(api.client, kube.NodeReadinessConfig{Node: cfg.NodeName, TaintKey: cfg.NodeTaint, ConditionType: cfg.NodeCondition})
 	lc.start("node readiness", func(ctx context.Context) error {
-		nr.Run(ctx, state)
+		nr.Run(ctx, state, func() bool { return successorKeeps(cfg, ds) })
 		return nil
 	})
 	return nr
+}
+
+// successorKeeps says whether the meshlet that follows this one on the
+// node keeps its taint and condition: meshlet's DaemonSet, as last seen,
+// is not being uninstalled and sets both alike. An update that turns them off or renames
+// them would otherwise leave this meshlet's taint on the node for good.
+// Without the DaemonSet (no --pod-name), or before it was seen, it is taken
+// to.
+func successorKeeps(cfg Config, ds *kube.DaemonSetWatch) bool {
+	if ds == nil {
+		return true
+	}
+	if ds.Removed() || ds.Uninstalling() {
+		return false
+	}
+	t := ds.Template()
+	if t == nil {
+		return true
+	}
+	taint, _ := kube.TemplateFlag(t, "node-taint")
+	condition, _ := kube.TemplateFlag(t, "node-condition")
+	return taint == cfg.NodeTaint && condition == cfg.NodeCondition
 }
 
 // stopped is Run's result when start-up waited and was interrupted: nil

@@ -108,8 +108,12 @@ func onUninstall(ctx context.Context, lc *lifecycle, cfg Config, api *apiClients
 			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			if err := parts.nodeReadiness.Remove(ctx); err != nil {
-				logger.Error(err, "Removing the node's mesh taint or condition: remove it by hand, or no mesh pod is scheduled on the node again",
-					"command", "kubectl taint nodes "+cfg.NodeName+" "+cfg.NodeTaint+"-")
+				if cfg.NodeTaint != "" {
+					logger.Error(err, "Removing the node's mesh taint: remove it by hand, or no mesh pod is scheduled on the node again",
+						"command", "kubectl taint nodes "+cfg.NodeName+" "+cfg.NodeTaint+"-")
+				} else {
+					logger.Error(err, "Removing the node's mesh condition", "condition", cfg.NodeCondition)
+				}
 				return
 			}
 			logger.Info("Removed the node's mesh taint and condition", "taint", cfg.NodeTaint, "condition", cfg.NodeCondition)

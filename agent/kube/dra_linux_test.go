@@ -40,18 +40,25 @@ func applyDRA(t *testing.T, c kubernetes.Interface) {
 // token's user as extra authentication.kubernetes.io/node-name.
 func meshletOn(t *testing.T, c kubernetes.Interface, nodeName string) kubernetes.Interface {
 	t.Helper()
-	ctx := context.Background()
 	applyRBAC(t, c)
+	return serviceAccountOn(t, c, nodeName, "meshlet")
+}
+
+// serviceAccountOn is meshletOn for meshlet-system's service account sa,
+// whose role the caller applied.
+func serviceAccountOn(t *testing.T, c kubernetes.Interface, nodeName, sa string) kubernetes.Interface {
+	t.Helper()
+	ctx := context.Background()
 	_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	p := podOn(t, c, nodeName, "meshlet-system", fmt.Sprintf("meshlet-%s-%d", nodeName, seq.Add(1)), "meshlet", nil)
-	rc := boundClient(t, c, p, "meshlet")
+	p := podOn(t, c, nodeName, "meshlet-system", fmt.Sprintf("%s-%s-%d", sa, nodeName, seq.Add(1)), sa, nil)
+	rc := boundClient(t, c, p, sa)
 	// The premise of everything the test checks: the token names the node.
 	who, err := rc.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	must(t, err)
-	if u := who.Status.UserInfo; u.Username != "system:serviceaccount:meshlet-system:meshlet" ||
+	if u := who.Status.UserInfo; u.Username != "system:serviceaccount:meshlet-system:"+sa ||
 		len(u.Extra["authentication.kubernetes.io/node-name"]) != 1 || u.Extra["authentication.kubernetes.io/node-name"][0] != nodeName {
 		t.Fatalf("token bound to a pod on %s authenticates as %+v, want meshlet with node-name %s", nodeName, u, nodeName)
 	}

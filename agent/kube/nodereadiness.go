@@ -79,11 +79,17 @@ func NewNodeReadiness(client kubernetes.Interface, cfg NodeReadinessConfig) *Nod
 	return &NodeReadiness{client: client, cfg: cfg, node: inf}
 }
 
-// Run publishes state() until ctx ends, and then the node's mesh as not
-// ready (meshlet stopping: no new pod can be enrolled until a meshlet
-// serves the node again), waiting at most a second for the API server.
-func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State) {
-	logger := klog.FromContext(ctx).WithValues("node", n.cfg.Node)
+// Run publishes state() until ctx ends. Then, if successorKeeps says the
+// meshlet that follows on the node keeps this taint (or condition), it
+// marks the node's mesh not ready (meshlet-stopped: no new pod can be
+// enrolled until a meshlet serves the node again), waiting at most a
+// second for the API server. Whenever successorKeeps says no (meshlet's
+// DaemonSet deleted, or updated to another key or to none), it takes them
+// off at once, as no meshlet would ever remove them, and keeps them off:
+// at once, because the same uninstall or update takes away the RBAC rule
+// that lets it.
+func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State, successorKeeps func() bool) {
+	logger := klog.FromContext(ctx).WithValues("node", n.cfg.Node, "taint", n.cfg.TaintKey, "condition", n.cfg.ConditionType)
 	changed := make(chan struct{}, 1)
 	wake := func() {
 		select {
@@ -99,61 +105,116 @@ func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State) {
 	go n.node.RunWithContext(ctx)
 	tick := time.NewTicker(nodeReadinessPoll)
 	defer tick.Stop()
-	var retryAt time.Time
+	var (
+		retryAt   time.Time
+		written   *meshready.State // the last state written, at writtenAt
+		writtenAt time.Time
+		logged    *meshready.State // the last state logged
+		handedOff bool             // taken off: no successor keeps them
+	)
 	started, toldUnsynced := time.Now(), false
 	for {
 		select {
 		case <-ctx.Done():
-			stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			defer cancel()
-			if err := n.publish(stopCtx, meshready.Stopped); err != nil {
-				logger.Error(err, "Marking the node's mesh not ready on stop", "taint", n.cfg.TaintKey, "condition", n.cfg.ConditionType)
-				return
+			if !handedOff {
+				n.stop(context.WithoutCancel(ctx), logger, successorKeeps())
 			}
-			logger.Info("Node's mesh marked not ready: meshlet is stopping", "taint", n.cfg.TaintKey, "condition", n.cfg.ConditionType)
 			return
 		case <-tick.C:
 		case <-changed:
 		}
+		if !successorKeeps() {
+			if !handedOff && time.Now().After(retryAt) {
+				if err := n.Remove(ctx); err != nil {
+					retryAt = time.Now().Add(time.Second)
+					logger.Error(err, "Taking the node's mesh taint or condition off: the next meshlet does not keep them")
+					continue
+				}
+				logger.Info("Node's mesh taint and condition taken off: meshlet's DaemonSet is deleted, or no longer sets them")
+				handedOff, written, logged = true, nil, nil
+			}
+			continue
+		}
+		handedOff = false
 		if !n.node.HasSynced() {
 			if !toldUnsynced && time.Since(started) > nodeSyncWait {
 				// The informer retries on its own; say why nothing is
 				// written meanwhile.
-				err := fmt.Errorf("node %s not listed from the API server after %v (meshlet's ClusterRole needs nodes get, list and watch)", n.cfg.Node, nodeSyncWait)
-				n.mu.Lock()
-				n.err = err
-				n.mu.Unlock()
+				n.record(nil, fmt.Errorf("node %s not listed from the API server after %v (meshlet's ClusterRole needs nodes get, list and watch)", n.cfg.Node, nodeSyncWait))
+				_, _, err := n.Published()
 				logger.Error(err, "Cannot publish the node's mesh readiness yet")
 				toldUnsynced = true
 			}
 			continue
 		}
-		if time.Now().Before(retryAt) {
-			continue
-		}
 		want := state()
-		if n.inPlace(want) {
+		switch {
+		case n.inPlace(want):
+			n.record(&want, nil)
+		case written != nil && *written == want && time.Since(writtenAt) < cacheLag:
+			// Written: the node's informer has not shown it yet.
+			continue
+		case time.Now().Before(retryAt):
+			continue
+		default:
+			_, _, prevErr := n.Published()
+			if err := n.publish(ctx, want); err != nil {
+				if ctx.Err() != nil {
+					continue
+				}
+				retryAt = time.Now().Add(time.Second)
+				if prevErr == nil || prevErr.Error() != err.Error() {
+					logger.Error(err, "Publishing the node's mesh readiness; retrying every second")
+				}
+				continue
+			}
+			written, writtenAt = &want, time.Now()
+		}
+		if logged != nil && *logged == want {
 			continue
 		}
-		err := n.publish(ctx, want)
-		n.mu.Lock()
-		prevErr := n.err
-		n.err = err
-		n.mu.Unlock()
-		switch {
-		case err != nil && ctx.Err() == nil:
-			retryAt = time.Now().Add(time.Second)
-			if prevErr == nil || prevErr.Error() != err.Error() {
-				logger.Error(err, "Publishing the node's mesh readiness; retrying every second", "taint", n.cfg.TaintKey, "condition", n.cfg.ConditionType)
-			}
-		case err != nil:
-		case want.Ready:
-			logger.Info("Node's mesh ready: new mesh pods may be scheduled here", "taint", n.cfg.TaintKey, "condition", n.cfg.ConditionType)
-		default:
-			logger.Info("Node's mesh not ready: no new mesh pod is scheduled here", "taint", n.cfg.TaintKey, "condition", n.cfg.ConditionType,
-				"reason", want.Reason, "detail", want.Message)
+		if want.Ready {
+			logger.Info("Node's mesh ready: new mesh pods may be scheduled here")
+		} else {
+			logger.Info("Node's mesh not ready: no new mesh pod is scheduled here", "reason", want.Reason, "detail", want.Message)
 		}
+		logged = &want
 	}
+}
+
+// cacheLag is how long a state written is taken as in place while the
+// node's informer does not show it yet; after that, a node that still
+// does not show it (someone changed it back) is written again.
+const cacheLag = 2 * time.Second
+
+// stop marks the node's mesh not ready when the next meshlet keeps the
+// taint (or condition), and takes them off when it does not.
+func (n *NodeReadiness) stop(ctx context.Context, logger klog.Logger, successorKeeps bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if !successorKeeps {
+		if err := n.Remove(ctx); err != nil {
+			logger.Error(err, "Taking the node's mesh taint or condition off on stop (the next meshlet does not keep it)")
+			return
+		}
+		logger.Info("Node's mesh taint and condition removed: the next meshlet on the node does not keep them")
+		return
+	}
+	if err := n.publish(ctx, meshready.Stopped); err != nil {
+		logger.Error(err, "Marking the node's mesh not ready on stop")
+		return
+	}
+	logger.Info("Node's mesh marked not ready: meshlet is stopping")
+}
+
+// record sets what Published reports.
+func (n *NodeReadiness) record(published *meshready.State, err error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if published != nil {
+		n.published = published
+	}
+	n.err = err
 }
 
 // Published is the state last written to the node (false: none yet), and
@@ -188,23 +249,25 @@ func (n *NodeReadiness) inPlace(want meshready.State) bool {
 	return true
 }
 
-// publish writes want to the node: the taint with an update conditional on
-// the node's version (taints are one list: a patch would replace the
-// others'), the condition with a patch merged by its type.
+// publish writes want to the node: the taint with a merge patch
+// conditional on the node's version (taints are one list: the patch
+// replaces it whole, so it must not undo a write it did not see), the
+// condition with a strategic merge patch, merged by its type. A failed
+// write is recorded for Published.
 func (n *NodeReadiness) publish(ctx context.Context, want meshready.State) error {
 	if n.cfg.TaintKey != "" {
 		if err := n.setTaint(ctx, want); err != nil {
+			n.record(nil, err)
 			return err
 		}
 	}
 	if n.cfg.ConditionType != "" {
 		if err := n.setCondition(ctx, want); err != nil {
+			n.record(nil, err)
 			return err
 		}
 	}
-	n.mu.Lock()
-	n.published = &want
-	n.mu.Unlock()
+	n.record(&want, nil)
 	return nil
 }
 
@@ -219,8 +282,16 @@ func (n *NodeReadiness) setTaint(ctx context.Context, want meshready.State) erro
 		if !changed {
 			return nil
 		}
-		node.Spec.Taints = taints
-		_, err = nodes.Update(ctx, node, metav1.UpdateOptions{FieldManager: "meshlet"})
+		// The resourceVersion makes the patch conditional: Conflict when
+		// the node changed since the Get.
+		patch, err := json.Marshal(map[string]any{
+			"metadata": map[string]any{"resourceVersion": node.ResourceVersion},
+			"spec":     map[string]any{"taints": taints},
+		})
+		if err != nil {
+			return fmt.Errorf("encode the taints: %w", err)
+		}
+		_, err = nodes.Patch(ctx, n.cfg.Node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "meshlet"})
 		return err
 	})
 	if err != nil {
@@ -262,7 +333,7 @@ func (n *NodeReadiness) setCondition(ctx context.Context, want meshready.State) 
 	}
 	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.NodeCondition{c}}})
 	if err != nil {
-		return err
+		return fmt.Errorf("encode the condition: %w", err)
 	}
 	_, err = n.client.CoreV1().Nodes().PatchStatus(ctx, n.cfg.Node, patch)
 	if err != nil {
@@ -279,20 +350,35 @@ func (n *NodeReadiness) Remove(ctx context.Context) error {
 		errs = append(errs, n.setTaint(ctx, meshready.State{Ready: true}))
 	}
 	if n.cfg.ConditionType != "" {
-		node, err := n.client.CoreV1().Nodes().Get(ctx, n.cfg.Node, metav1.GetOptions{})
-		if err == nil {
-			if i := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool { return string(c.Type) == n.cfg.ConditionType }); i >= 0 {
-				// A JSON patch naming the index, tested first: conditions
-				// merge by type, and a merge patch cannot delete one.
-				patch := fmt.Sprintf(`[{"op":"test","path":"/status/conditions/%d/type","value":%q},{"op":"remove","path":"/status/conditions/%d"}]`, i, n.cfg.ConditionType, i)
-				_, err = n.client.CoreV1().Nodes().Patch(ctx, n.cfg.Node, types.JSONPatchType, []byte(patch), metav1.PatchOptions{FieldManager: "meshlet"}, "status")
-			}
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("node %s condition %s: %w", n.cfg.Node, n.cfg.ConditionType, explainForbidden(err)))
-		}
+		errs = append(errs, n.removeCondition(ctx))
 	}
 	return errors.Join(errs...)
+}
+
+// removeCondition deletes the condition with a JSON patch naming its index,
+// tested first (conditions merge by type, and a merge patch cannot delete
+// one); a test that fails (the conditions moved) is tried again.
+func (n *NodeReadiness) removeCondition(ctx context.Context) error {
+	var err error
+	for range 3 {
+		var node *corev1.Node
+		if node, err = n.client.CoreV1().Nodes().Get(ctx, n.cfg.Node, metav1.GetOptions{}); err != nil {
+			break
+		}
+		i := slices.IndexFunc(node.Status.Conditions, func(c corev1.NodeCondition) bool { return string(c.Type) == n.cfg.ConditionType })
+		if i < 0 {
+			return nil
+		}
+		patch := fmt.Sprintf(`[{"op":"test","path":"/status/conditions/%d/type","value":%q},{"op":"remove","path":"/status/conditions/%d"}]`, i, n.cfg.ConditionType, i)
+		_, err = n.client.CoreV1().Nodes().Patch(ctx, n.cfg.Node, types.JSONPatchType, []byte(patch), metav1.PatchOptions{FieldManager: "meshlet"}, "status")
+		if !apierrors.IsInvalid(err) && !apierrors.IsConflict(err) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("node %s condition %s: %w", n.cfg.Node, n.cfg.ConditionType, explainForbidden(err))
+	}
+	return nil
 }
 
 func condition(node *corev1.Node, typ string) *corev1.NodeCondition {
@@ -335,8 +421,8 @@ func conditionMessage(s meshready.State) string {
 
 // explainForbidden adds to a refusal what usually causes it.
 func explainForbidden(err error) error {
-	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
-		return fmt.Errorf("%w (meshlet's ClusterRole needs nodes update and nodes/status patch, and the chart's admission policy lets a meshlet change only its own node's taint and condition)", err)
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("%w (meshlet's ClusterRole needs nodes patch, or nodes/status patch for a condition, and the chart's admission policy lets a meshlet change only its own node's taint and condition)", err)
 	}
 	return err
 }

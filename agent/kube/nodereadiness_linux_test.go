@@ -2,13 +2,16 @@ package kube_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/agent/meshready"
+	"github.com/meshlet/meshlet/internal/helmchart"
 )
 
 // The node readiness facts deploy/rbac.yaml and nodereadiness.yaml are
@@ -31,6 +35,8 @@ const (
 type meshState struct {
 	mu sync.Mutex
 	s  meshready.State
+	// notKept: the meshlet that follows does not keep the taint.
+	notKept atomic.Bool
 }
 
 func (m *meshState) set(s meshready.State) { m.mu.Lock(); m.s = s; m.mu.Unlock() }
@@ -39,14 +45,15 @@ func (m *meshState) get() meshready.State  { m.mu.Lock(); defer m.mu.Unlock(); r
 var ztunnelGone = meshready.State{Reason: meshready.ReasonZtunnel, Message: "no ztunnel"}
 
 // runNodeReadiness runs the publisher as rc until the returned stop is
-// called (or the test ends), which waits for it to return.
+// called (or the test ends), which waits for it to return. The meshlet
+// that follows keeps the taint (or condition) unless m says otherwise.
 func runNodeReadiness(t *testing.T, rc kubernetes.Interface, cfg kube.NodeReadinessConfig, m *meshState) (*kube.NodeReadiness, func()) {
 	t.Helper()
 	_, ctx := ktesting.NewTestContext(t)
 	ctx, cancel := context.WithCancel(ctx)
 	nr := kube.NewNodeReadiness(rc, cfg)
 	done := make(chan struct{})
-	go func() { defer close(done); nr.Run(ctx, m.get) }()
+	go func() { defer close(done); nr.Run(ctx, m.get, func() bool { return !m.notKept.Load() }) }()
 	stop := sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(stop)
 	return nr, stop
@@ -104,9 +111,12 @@ func TestNodeReadinessTaint(t *testing.T) {
 	waitTaint(t, c, node, nodeTaint, "")
 	m.set(ztunnelGone)
 	waitTaint(t, c, node, nodeTaint, meshready.ReasonZtunnel)
-	if st, ok, err := nr.Published(); !ok || err != nil || st != ztunnelGone {
-		t.Errorf("Published() = %+v, %v, %v; want %+v", st, ok, err, ztunnelGone)
-	}
+	// Recorded once the API server answered, which may come after the
+	// watch told the test.
+	eventually(t, "Published() the state written", func() bool {
+		st, ok, err := nr.Published()
+		return ok && err == nil && st == ztunnelGone
+	})
 
 	// Someone removes the taint while the mesh is not ready: it comes back.
 	n, err = c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -129,6 +139,18 @@ func TestNodeReadinessTaint(t *testing.T) {
 	must(t, err)
 	if !slices.Equal(n.Spec.Taints, []corev1.Taint{other}) {
 		t.Errorf("taints after uninstall: %+v, want only %+v", n.Spec.Taints, other)
+	}
+
+	// A meshlet whose successor does not keep the taint (its DaemonSet
+	// deleted, or updated to none or to another key) takes it off as it
+	// stops, ready or not.
+	m = &meshState{s: ztunnelGone}
+	_, stop = runNodeReadiness(t, rc, kube.NodeReadinessConfig{Node: node, TaintKey: nodeTaint}, m)
+	waitTaint(t, c, node, nodeTaint, meshready.ReasonZtunnel)
+	m.notKept.Store(true)
+	stop()
+	if got := meshTaints(t, c, node, nodeTaint); len(got) != 0 {
+		t.Errorf("taints after a stop that no meshlet follows: %+v, want none", got)
 	}
 }
 
@@ -196,15 +218,19 @@ func TestRBACNodeReadiness(t *testing.T) {
 	a, b := fmt.Sprintf("rbac-a-%d", seq.Add(1)), fmt.Sprintf("rbac-b-%d", seq.Add(1))
 	onA := meshletOn(t, c, a)
 	onB := meshletOn(t, c, b)
+	// As meshlet writes: a merge patch of the changed node's labels, spec
+	// and resourceVersion.
 	update := func(rc kubernetes.Interface, node string, change func(*corev1.Node), dryRun bool) error {
 		n, err := c.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		must(t, err)
 		change(n)
-		opts := metav1.UpdateOptions{}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "labels": n.Labels}, "spec": n.Spec})
+		must(t, err)
+		opts := metav1.PatchOptions{}
 		if dryRun {
 			opts.DryRun = []string{metav1.DryRunAll}
 		}
-		_, err = rc.CoreV1().Nodes().Update(ctx, n, opts)
+		_, err = rc.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, opts)
 		return err
 	}
 	taint := func(n *corev1.Node) {
@@ -248,7 +274,7 @@ func TestRBACNodeReadiness(t *testing.T) {
 			t.Errorf("meshlet: %s: %v, want refused by %s with %q", tc.what, err, nodesVAP, tc.want)
 		}
 	}
-	// Patches and the status are refused by RBAC (meshlet updates the
+	// Updates and the status are refused by RBAC (meshlet patches the
 	// taints; nodes/status only in condition mode), and nodes are not
 	// meshlet's to delete.
 	n, err := c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
@@ -257,9 +283,8 @@ func TestRBACNodeReadiness(t *testing.T) {
 	if _, err := onB.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("update its node's status: %v, want Forbidden", err)
 	}
-	_, err = onB.CoreV1().Nodes().Patch(ctx, b, types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
-	if !apierrors.IsForbidden(err) {
-		t.Errorf("patch its node: %v, want Forbidden", err)
+	if _, err = onB.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("update its node: %v, want Forbidden", err)
 	}
 	if err := onB.CoreV1().Nodes().Delete(ctx, a, metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("delete another node: %v, want Forbidden", err)
@@ -349,4 +374,164 @@ func TestTolerateOutsideMesh(t *testing.T) {
 			t.Errorf("a pod labelled ambient in kube-system got no toleration")
 		}
 	}
+}
+
+// TestRBACNodeCondition: the chart's RBAC and policy for
+// nodeReadiness.mode=condition (rendered under their own names) let a
+// node's meshlet publish and remove its own node's condition, and nothing
+// else: not another node's, not another condition, not the rest of the
+// status, not a taint.
+func TestRBACNodeCondition(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	applyRBAC(t, c) // the namespace
+	applyManifest(t, c, "charts/meshlet/testdata/"+helmchart.ConditionRBAC+".yaml")
+	const typ = "mesh.meshlet.dev/MeshReady"
+	vap := helmchart.ConditionRBAC + "-nodes"
+	refused := func(err error, want string) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy '"+vap+"'") && strings.Contains(err.Error(), want)
+	}
+	a, b := fmt.Sprintf("cond-a-%d", seq.Add(1)), fmt.Sprintf("cond-b-%d", seq.Add(1))
+	serviceAccountOn(t, c, a, helmchart.ConditionRBAC) // node a, with a meshlet of its own
+	onB := serviceAccountOn(t, c, b, helmchart.ConditionRBAC)
+	statusPatch := func(rc kubernetes.Interface, node, patch string, dryRun bool) error {
+		opts := metav1.PatchOptions{}
+		if dryRun {
+			opts.DryRun = []string{metav1.DryRunAll}
+		}
+		_, err := rc.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(patch), opts, "status")
+		return err
+	}
+	ours := `{"status":{"conditions":[{"type":"` + typ + `","status":"False","reason":"ZtunnelDisconnected"}]}}`
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := statusPatch(onB, a, ours, true)
+		if refused(err, "may not change node '"+a+"'") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ValidatingAdmissionPolicy %s not enforced after 30s: last answer %v", vap, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Its own node's condition, through the publisher itself.
+	m := &meshState{s: ztunnelGone}
+	_, stop := runNodeReadiness(t, onB, kube.NodeReadinessConfig{Node: b, ConditionType: typ}, m)
+	eventually(t, "node "+b+"'s condition False", func() bool {
+		n, err := c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
+		must(t, err)
+		return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return string(c.Type) == typ && c.Status == corev1.ConditionFalse && c.Reason == "ZtunnelDisconnected"
+		})
+	})
+	stop()
+	for _, tc := range []struct {
+		what, node, patch, want string
+	}{
+		{"another node's condition", a, ours, "may not change node '" + a + "'"},
+		{"another condition", b, `{"status":{"conditions":[{"type":"Ready","status":"False","reason":"X"}]}}`, "only the condition " + typ},
+		{"the addresses", b, `{"status":{"addresses":[{"type":"InternalIP","address":"192.0.2.9"}]}}`, "only the condition " + typ},
+		{"the capacity", b, `{"status":{"capacity":{"pods":"1"}}}`, "only the condition " + typ},
+	} {
+		if err := statusPatch(onB, tc.node, tc.patch, false); !refused(err, tc.want) {
+			t.Errorf("meshlet: %s: %v, want refused by %s with %q", tc.what, err, vap, tc.want)
+		}
+	}
+	// A taint is not its to change in this mode: RBAC grants no nodes
+	// patch.
+	_, err := onB.CoreV1().Nodes().Patch(ctx, b, types.MergePatchType, []byte(`{"spec":{"taints":[{"key":"`+nodeTaint+`","effect":"NoSchedule"}]}}`), metav1.PatchOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("patch its node's taints in condition mode: %v, want Forbidden", err)
+	}
+	// Removed on an uninstall.
+	must(t, kube.NewNodeReadiness(onB, kube.NodeReadinessConfig{Node: b, ConditionType: typ}).Remove(ctx))
+	n, err := c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
+	must(t, err)
+	if slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return string(c.Type) == typ }) {
+		t.Errorf("node %s keeps condition %s after Remove", b, typ)
+	}
+}
+
+// TestReleaseNodes: meshlet release-nodes (the chart's pre-delete hook)
+// marks the DaemonSet as being uninstalled, which a running meshlet sees
+// and takes its node's taint off at once; what no meshlet takes off within
+// the wait (a node whose meshlet is not running) it takes off itself,
+// every other taint and condition left as it was.
+func TestReleaseNodes(t *testing.T) {
+	c := admin(t)
+	ctx := context.Background()
+	ns := namespace(t, c, nil)
+	dset, err := c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "meshlet"}, Spec: appsv1.DaemonSetSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "meshlet"}},
+		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "meshlet"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet.test/pause:1",
+				Env: []corev1.EnvVar{{Name: "MESHLET_NODE_TAINT", Value: nodeTaint}}}}}},
+	}}, metav1.CreateOptions{})
+	must(t, err)
+	const typ = "mesh.meshlet.dev/MeshReady"
+	other := corev1.Taint{Key: "example.com/gpu", Effect: corev1.TaintEffectNoSchedule}
+	var nodes []string
+	for i := range 2 {
+		name := fmt.Sprintf("release-%d-%d", i, seq.Add(1))
+		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.NodeSpec{Taints: []corev1.Taint{other, {Key: nodeTaint, Value: meshready.ReasonZtunnel, Effect: corev1.TaintEffectNoSchedule}}}},
+			metav1.CreateOptions{})
+		must(t, err)
+		_, err = c.CoreV1().Nodes().PatchStatus(ctx, name, []byte(`{"status":{"conditions":[{"type":"`+typ+`","status":"False","reason":"X"},{"type":"Ready","status":"True","reason":"KubeletReady"}]}}`))
+		must(t, err)
+		nodes = append(nodes, name)
+	}
+	// Node 0's meshlet runs (its pod the DaemonSet's) and follows the
+	// DaemonSet, as the daemon does; node 1's does not run.
+	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-0",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "meshlet", UID: dset.UID, Controller: ptr(true)}}},
+		Spec: corev1.PodSpec{NodeName: nodes[0], AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet.test/pause:1"}}}},
+		metav1.CreateOptions{})
+	must(t, err)
+	_, wctx := ktesting.NewTestContext(t)
+	wctx, cancel := context.WithCancel(wctx)
+	defer cancel()
+	ds := kube.WatchDaemonSet(wctx, c, ns, pod.Name)
+	eventually(t, "the DaemonSet's template seen", func() bool { return ds.Template() != nil })
+	m := &meshState{s: ztunnelGone}
+	_, stop := runNodeReadiness(t, c, kube.NodeReadinessConfig{Node: nodes[0], TaintKey: nodeTaint}, m)
+	defer stop()
+	waitTaint(t, c, nodes[0], nodeTaint, meshready.ReasonZtunnel)
+	go func() {
+		// As the daemon's successorKeeps: an uninstalling DaemonSet keeps
+		// nothing.
+		for wctx.Err() == nil && !ds.Uninstalling() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		m.notKept.Store(true)
+	}()
+
+	start := time.Now()
+	must(t, kube.ReleaseNodes(wctx, c, kube.ObjectRef{Namespace: ns, Name: "meshlet"}, nodeTaint, typ, 3*time.Second))
+	got, err := c.AppsV1().DaemonSets(ns).Get(ctx, "meshlet", metav1.GetOptions{})
+	must(t, err)
+	if got.Annotations[kube.UninstallingAnnotation] != "true" {
+		t.Errorf("DaemonSet annotations %v, want %s", got.Annotations, kube.UninstallingAnnotation)
+	}
+	for _, name := range nodes {
+		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		must(t, err)
+		// (The API server's own, node.kubernetes.io/not-ready, stays too.)
+		if slices.ContainsFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == nodeTaint }) || !slices.Contains(n.Spec.Taints, other) {
+			t.Errorf("node %s taints %+v, want %+v and no mesh taint", name, n.Spec.Taints, other)
+		}
+		if len(n.Status.Conditions) != 1 || n.Status.Conditions[0].Type != corev1.NodeReady {
+			t.Errorf("node %s conditions %+v, want only Ready", name, n.Status.Conditions)
+		}
+	}
+	// The running meshlet took its own off, and keeps it off.
+	stop()
+	if got := meshTaints(t, c, nodes[0], nodeTaint); len(got) != 0 {
+		t.Errorf("node %s after its meshlet stopped: %+v, want no mesh taint", nodes[0], got)
+	}
+	t.Logf("release-nodes took %v (its wait: 3s, for the node without a running meshlet)", time.Since(start).Round(time.Millisecond))
+
+	// Without the DaemonSet: at once.
+	must(t, c.AppsV1().DaemonSets(ns).Delete(ctx, "meshlet", metav1.DeleteOptions{}))
+	must(t, kube.ReleaseNodes(wctx, c, kube.ObjectRef{Namespace: ns, Name: "meshlet"}, nodeTaint, typ, time.Minute))
 }

@@ -117,10 +117,29 @@ func Departing(ctx context.Context, client kubernetes.Interface, namespace, name
 // its RBAC right after the DaemonSet).
 type DaemonSetWatch struct {
 	removed atomic.Bool
+	// uninstalling: the DaemonSet carries UninstallingAnnotation.
+	uninstalling atomic.Bool
+	// template is the DaemonSet's pod template as last seen.
+	template atomic.Pointer[corev1.PodTemplateSpec]
 }
 
 // Removed is whether the watch saw the DaemonSet deleted or being deleted.
 func (w *DaemonSetWatch) Removed() bool { return w.removed.Load() }
+
+// Uninstalling is whether the DaemonSet, as last seen, is about to be
+// deleted (UninstallingAnnotation).
+func (w *DaemonSetWatch) Uninstalling() bool { return w.uninstalling.Load() }
+
+// seen records the DaemonSet as it is now.
+func (w *DaemonSetWatch) seen(ds *appsv1.DaemonSet) {
+	w.template.Store(&ds.Spec.Template)
+	_, uninstalling := ds.Annotations[UninstallingAnnotation]
+	w.uninstalling.Store(uninstalling)
+}
+
+// Template is the DaemonSet's pod template as last seen: during an update,
+// the next meshlet's (nil: not seen yet).
+func (w *DaemonSetWatch) Template() *corev1.PodTemplateSpec { return w.template.Load() }
 
 // WatchDaemonSet watches the DaemonSet owning the pod namespace/name until
 // ctx ends, re-watching after errors. It returns at once; failures are
@@ -168,6 +187,7 @@ func (w *DaemonSetWatch) watch(ctx context.Context, client kubernetes.Interface,
 		w.removed.Store(true)
 		return nil
 	}
+	w.seen(ds)
 	wi, err := client.AppsV1().DaemonSets(namespace).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		return fmt.Errorf("watch DaemonSet %s/%s: %w", namespace, name, err)
@@ -178,6 +198,9 @@ func (w *DaemonSetWatch) watch(ctx context.Context, client kubernetes.Interface,
 		if ev.Type == watch.Deleted || (d != nil && removed(d, uid)) {
 			w.removed.Store(true)
 			return nil
+		}
+		if d != nil {
+			w.seen(d)
 		}
 	}
 	return fmt.Errorf("watch of DaemonSet %s/%s ended", namespace, name)

@@ -47,6 +47,9 @@ var commands = map[string]command{
 	"probe": {arg: strings.Join(health.ProbeEndpoints, "|"), run: func(ctx context.Context, cfg agent.Config, endpoint string) error {
 		return health.Probe(ctx, cfg.HealthSocket, endpoint, os.Stdout)
 	}},
+	"release-nodes": {arg: "NAMESPACE/DAEMONSET", run: func(ctx context.Context, cfg agent.Config, ds string) error {
+		return agent.ReleaseNodes(ctx, cfg, ds)
+	}},
 }
 
 // run is the daemon, or one of commands; it returns the exit status: 2 for
@@ -68,12 +71,15 @@ func run(args, environ []string, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "meshlet [status | enable-nri | install-cni | uninstall-cni] [flags]\n"+
 			"meshlet probe [flags] readyz|healthz\n"+
+			"meshlet release-nodes [flags] NAMESPACE/DAEMONSET\n"+
 			"Without a command, meshlet runs the node agent. status prints the node's pods as the running\n"+
 			"meshlet sees them (from its debug socket in --state-dir). enable-nri checks that the runtime's\n"+
 			"NRI socket answers and otherwise prints what to set in the runtime's configuration (it edits\n"+
 			"nothing). install-cni chains meshlet-cni into the runtime's CNI configuration once; uninstall-cni\n"+
 			"removes what it added (both read the --cni-* flags). probe asks the meshlet on --health-socket\n"+
-			"for /readyz or /healthz and exits 0 when it answers ok (the DaemonSet's probes).\n\n")
+			"for /readyz or /healthz and exits 0 when it answers ok (the DaemonSet's probes). release-nodes\n"+
+			"takes the --node-taint and --node-condition off every node before meshlet's DaemonSet is\n"+
+			"deleted (the chart's pre-delete hook).\n\n")
 		flagsUsage()
 	}
 	if err := fs.Parse(args); err != nil {

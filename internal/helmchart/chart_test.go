@@ -17,12 +17,13 @@ import (
 	"strings"
 	"testing"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meshlet/meshlet/agent"
@@ -39,14 +40,34 @@ func helm(t *testing.T) helmchart.Helm {
 	return helmchart.Helm{Bin: filepath.Join(dir, "helm"), Root: root}
 }
 
-// render is helm template with args; a failure fails the test.
+// render is helm template with args, without the hooks (renderHooks);
+// a failure fails the test.
 func render(t *testing.T, args ...string) []object {
+	t.Helper()
+	return slices.DeleteFunc(renderAll(t, args...), isHook)
+}
+
+// renderHooks is the hooks helm template with args renders.
+func renderHooks(t *testing.T, args ...string) []object {
+	t.Helper()
+	return slices.DeleteFunc(renderAll(t, args...), func(o object) bool { return !isHook(o) })
+}
+
+// renderAll is every object helm template with args renders.
+func renderAll(t *testing.T, args ...string) []object {
 	t.Helper()
 	out, err := helm(t).Template(context.Background(), args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return decodeAll(t, "helm template "+strings.Join(args, " "), out)
+}
+
+// isHook: o is a Helm hook (the chart's pre-delete job and its account),
+// not a release object.
+func isHook(o object) bool {
+	m, err := meta.Accessor(o.Obj)
+	return err == nil && m.GetAnnotations()["helm.sh/hook"] != ""
 }
 
 // renderValues renders with the values given as YAML (a values file).
@@ -782,10 +803,11 @@ func ruleFor(role *rbacv1.ClusterRole, resource string) *rbacv1.PolicyRule {
 // and --dra; dra.driverName is the driver everywhere it appears.
 func TestChartDRA(t *testing.T) {
 	objs := render(t, "--set", "dra.enabled=false", "--set", "nodeReadiness.mode=off")
-	// The pods policy stays: it narrows pods/status, which meshlet always
-	// patches.
+	// The pods and nodes policies stay: they narrow pods/status and nodes,
+	// which meshlet patches (the nodes' taints, with nodeReadiness off, only
+	// a taint an earlier mode left).
 	if got, want := kinds(objs), []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "ServiceAccount",
-		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}; !slices.Equal(got, want) {
+		"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}; !slices.Equal(got, want) {
 		t.Errorf("dra.enabled=false: kinds %v, want %v", got, want)
 	}
 	role := only[*rbacv1.ClusterRole](t, objs)
@@ -817,7 +839,7 @@ func TestChartDRA(t *testing.T) {
 	if strings.Contains(string(out), "mesh.meshlet.dev") {
 		t.Errorf("dra.driverName=%s: the default driver name is still rendered:\n%s", driver, grepLines(out, "mesh.meshlet.dev"))
 	}
-	objs = decodeAll(t, "dra.driverName", out)
+	objs = slices.DeleteFunc(decodeAll(t, "dra.driverName", out), isHook)
 	class := only[*resourcev1.DeviceClass](t, objs)
 	if class.Name != driver || class.Spec.ExtendedResourceName == nil || *class.Spec.ExtendedResourceName != driver+"/mesh" ||
 		len(class.Spec.Selectors) != 1 || class.Spec.Selectors[0].CEL.Expression != `device.driver == "`+driver+`"` {
@@ -1075,46 +1097,64 @@ func TestChartRevision(t *testing.T) {
 // TestChartNodeReadiness: nodeReadiness picks the taint on clusters whose
 // admission can give pods outside the mesh its toleration (>= 1.36) and
 // nothing elsewhere, with a revision or standalone; each mode brings its
-// flag, the RBAC it needs and no more, and the policy naming its key; a
-// mode that cannot work is refused with the value to change.
+// flag; meshlet may patch its node's taint and condition (narrowed by the
+// nodes policy) in every mode, so that an update can take a taint off,
+// but not with a revision or standalone, which never do; a mode that
+// cannot work is refused with the value to change.
 func TestChartNodeReadiness(t *testing.T) {
-	nodeRule := func(objs []object) *rbacv1.PolicyRule { return ruleFor(only[*rbacv1.ClusterRole](t, objs), "nodes") }
+	role := func(objs []object) *rbacv1.ClusterRole { return only[*rbacv1.ClusterRole](t, objs) }
 	policyNamed := func(objs []object, name string) bool {
 		return slices.ContainsFunc(objs, func(o object) bool { return o.Name == name })
+	}
+	writes := func(what string, objs []object, want bool) {
+		t.Helper()
+		nodes, status := ruleFor(role(objs), "nodes"), ruleFor(role(objs), "nodes/status")
+		wantVerbs := []string{"get"}
+		if want {
+			wantVerbs = []string{"get", "list", "watch", "patch"}
+		}
+		if nodes == nil || !slices.Equal(nodes.Verbs, wantVerbs) || (status != nil) != want || policyNamed(objs, "meshlet-nodes") != want {
+			t.Errorf("%s: nodes rule %+v, nodes/status rule %+v, nodes policy %v; want writes %v", what, nodes, status, policyNamed(objs, "meshlet-nodes"), want)
+		}
 	}
 
 	objs := render(t)
 	ds := only[*appsv1.DaemonSet](t, objs)
 	if got := envValue(ds, "MESHLET_NODE_TAINT"); got != "mesh.meshlet.dev/not-ready" {
-		t.Errorf("default on %s: MESHLET_NODE_TAINT=%q, want the driver's not-ready key", "helm template's Kubernetes", got)
+		t.Errorf("default on helm template's Kubernetes: MESHLET_NODE_TAINT=%q, want the driver's not-ready key", got)
 	}
-	if r := nodeRule(objs); r == nil || !slices.Equal(r.Verbs, []string{"get", "list", "watch", "update"}) {
-		t.Errorf("taint: nodes rule %+v, want get, list, watch, update", r)
+	writes("taint", objs, true)
+	if !policyNamed(objs, "meshlet-tolerate-outside-mesh") {
+		t.Error("taint: want the toleration policy")
 	}
-	if ruleFor(only[*rbacv1.ClusterRole](t, objs), "nodes/status") != nil {
-		t.Error("taint: the role grants nodes/status")
+	hooks := renderHooks(t)
+	job := only[*batchv1.Job](t, hooks)
+	if got := job.Spec.Template.Spec.Containers[0].Command; !slices.Equal(got, []string{"/usr/local/bin/meshlet", "release-nodes",
+		"--node-taint=mesh.meshlet.dev/not-ready", "--node-condition=mesh.meshlet.dev/MeshReady", "meshlet-system/meshlet"}) {
+		t.Errorf("the pre-delete job's command %q", got)
 	}
-	if !policyNamed(objs, "meshlet-nodes") || !policyNamed(objs, "meshlet-tolerate-outside-mesh") {
-		t.Error("taint: want the nodes policy and the toleration policy")
+	if job.Annotations["helm.sh/hook"] != "pre-delete" || len(hooks) != 6 {
+		t.Errorf("want a pre-delete job with its account and RBAC (6 hooks), got %v", kinds(hooks))
 	}
 
 	for _, c := range []struct {
-		what string
-		args []string
+		what   string
+		args   []string
+		writes bool
 	}{
-		{"Kubernetes 1.35", []string{"--kube-version", "1.35.0"}},
-		{"a revision", []string{"--set", "config.revision=canary", "--set", "dra.enabled=false"}},
-		{"standalone", []string{"--set", "config.standalone=true"}},
-		{"mode off", []string{"--set", "nodeReadiness.mode=off"}},
+		{"Kubernetes 1.35", []string{"--kube-version", "1.35.0"}, true},
+		{"mode off", []string{"--set", "nodeReadiness.mode=off"}, true},
+		{"a revision", []string{"--set", "config.revision=canary", "--set", "dra.enabled=false"}, false},
+		{"standalone", []string{"--set", "config.standalone=true"}, false},
 	} {
 		objs := render(t, c.args...)
 		ds := only[*appsv1.DaemonSet](t, objs)
-		if envValue(ds, "MESHLET_NODE_TAINT") != "" || envValue(ds, "MESHLET_NODE_CONDITION") != "" ||
-			policyNamed(objs, "meshlet-nodes") || policyNamed(objs, "meshlet-tolerate-outside-mesh") {
-			t.Errorf("%s: want no node taint, condition or their policies", c.what)
+		if envValue(ds, "MESHLET_NODE_TAINT") != "" || envValue(ds, "MESHLET_NODE_CONDITION") != "" || policyNamed(objs, "meshlet-tolerate-outside-mesh") {
+			t.Errorf("%s: want no node taint, condition or toleration policy", c.what)
 		}
-		if r := nodeRule(objs); r == nil || !slices.Equal(r.Verbs, []string{"get"}) {
-			t.Errorf("%s: nodes rule %+v, want get only", c.what, r)
+		writes(c.what, objs, c.writes)
+		if got := len(renderHooks(t, c.args...)); (got > 0) != c.writes {
+			t.Errorf("%s: %d hooks, want the pre-delete job %v", c.what, got, c.writes)
 		}
 	}
 
@@ -1123,18 +1163,13 @@ func TestChartNodeReadiness(t *testing.T) {
 	if got := envValue(ds, "MESHLET_NODE_CONDITION"); got != "mesh.example.com/MeshReady" || envValue(ds, "MESHLET_NODE_TAINT") != "" {
 		t.Errorf("condition: MESHLET_NODE_CONDITION=%q and no taint, want mesh.example.com/MeshReady", got)
 	}
-	if r := nodeRule(objs); r == nil || !slices.Equal(r.Verbs, []string{"get", "list", "watch"}) {
-		t.Errorf("condition: nodes rule %+v, want get, list, watch", r)
-	}
-	if r := ruleFor(only[*rbacv1.ClusterRole](t, objs), "nodes/status"); r == nil || !slices.Equal(r.Verbs, []string{"patch"}) {
-		t.Errorf("condition: nodes/status rule %+v, want patch", r)
-	}
-	vap := named[*admissionregistrationv1.ValidatingAdmissionPolicy](t, objs, "meshlet-nodes")
-	if got := vap.Spec.Variables[1].Expression; !strings.Contains(got, `t.key != ""`) {
-		t.Errorf("condition: the policy lets meshlet change a taint: %s", got)
+	writes("condition", objs, true)
+	vap := named[*admissionv1.ValidatingAdmissionPolicy](t, objs, "meshlet-nodes")
+	if got := vap.Spec.Variables[1].Expression; !strings.Contains(got, `t.key != "mesh.example.com/not-ready"`) {
+		t.Errorf("the policy does not name the taint: %s", got)
 	}
 	if got := vap.Spec.Variables[3].Expression; !strings.Contains(got, `c.type != "mesh.example.com/MeshReady"`) {
-		t.Errorf("condition: the policy does not name the condition: %s", got)
+		t.Errorf("the policy does not name the condition: %s", got)
 	}
 	// The Node Readiness Controller's rule, where its API is served.
 	out, err := helm(t).Template(context.Background(), "--set", "nodeReadiness.mode=condition", "--api-versions", "readiness.node.x-k8s.io/v1alpha1",
@@ -1156,6 +1191,7 @@ func TestChartNodeReadiness(t *testing.T) {
 		{[]string{"--set", "nodeReadiness.mode=taint", "--kube-version", "1.35.0"}, []string{"nodeReadiness.tolerateOutsideMesh", "1.36"}},
 		{[]string{"--set", "nodeReadiness.mode=taint", "--set", "config.standalone=true"}, []string{"nodeReadiness.mode=taint", "config.standalone"}},
 		{[]string{"--set", "nodeReadiness.mode=sometimes"}, []string{"nodeReadiness.mode"}},
+		{[]string{"--set", "nodeReadiness.mode=taint", "--set", "config.revision=canary", "--set", "dra.enabled=false"}, []string{"nodeReadiness.mode=taint", "config.revision"}},
 		{[]string{"--set", "nodeReadiness.taintKey=not a key"}, []string{"nodeReadiness.taintKey"}},
 	} {
 		_, err := helm(t).Template(context.Background(), c.args...)
@@ -1168,6 +1204,9 @@ func TestChartNodeReadiness(t *testing.T) {
 	// taint on an older cluster works when pods are given the toleration
 	// otherwise.
 	objs = render(t, "--set", "nodeReadiness.mode=taint", "--set", "nodeReadiness.tolerateOutsideMesh=false", "--kube-version", "1.35.0")
+	if len(renderHooks(t, "--set", "nodeReadiness.releaseOnUninstall=false")) != 0 {
+		t.Error("nodeReadiness.releaseOnUninstall=false: want no pre-delete job")
+	}
 	if envValue(only[*appsv1.DaemonSet](t, objs), "MESHLET_NODE_TAINT") == "" || policyNamed(objs, "meshlet-tolerate-outside-mesh") {
 		t.Error("taint without tolerateOutsideMesh on 1.35: want the taint and no toleration policy")
 	}

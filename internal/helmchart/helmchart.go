@@ -125,8 +125,18 @@ func Files() []File {
 	for _, p := range Platforms {
 		fs = append(fs, File{ChartDir + "/testdata/" + PlatformGolden(p) + ".yaml", []string{"--set", "platform=" + p}})
 	}
-	return append(fs, File{ChartDir + "/testdata/no-dra.yaml", []string{"--kube-version", OlderCluster}})
+	fs = append(fs, File{ChartDir + "/testdata/no-dra.yaml", []string{"--kube-version", OlderCluster}})
+	// meshlet's RBAC and policies with nodeReadiness.mode=condition, under
+	// names of their own, for agent/kube's tests to apply beside
+	// deploy/rbac.yaml on one API server.
+	return append(fs, File{ChartDir + "/testdata/" + ConditionRBAC + ".yaml", []string{"--set", "nodeReadiness.mode=condition",
+		"--set", "fullnameOverride=" + ConditionRBAC, "--show-only", "templates/rbac.yaml"}})
 }
+
+// ConditionRBAC names the release-wide objects of the chart's RBAC
+// rendered with nodeReadiness.mode=condition (its service account among
+// them), and the golden file that holds them.
+const ConditionRBAC = "meshlet-condition"
 
 // Render renders f with its header: what it is generated from and how to
 // regenerate it.

@@ -68,7 +68,7 @@ func TestDaemonSetOnCRIO(t *testing.T) {
 	}
 
 	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
-	if pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+	if pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, meshletPods); err != nil || len(pods.Items) != 0 {
 		t.Fatalf("helm uninstall --cascade=foreground --wait returned with meshlet's pods %v (%v)", pods, err)
 	}
 	r.nodeClean("the uninstall on CRI-O")

@@ -30,6 +30,10 @@ import (
 // meshletNamespace is where the chart is installed in the tests.
 const meshletNamespace = "meshlet-system"
 
+// meshletPods selects the DaemonSet's pods (not the chart's pre-delete
+// job's).
+var meshletPods = metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=meshlet"}
+
 // release is meshlet installed with Helm on the test cluster.
 type release struct {
 	t          testing.TB
@@ -64,7 +68,7 @@ func (r *release) mustHelm(args ...string) {
 // oldMeshletLeaving reports whether the DaemonSet's pod of the old image
 // is being deleted: the handover to the new one is under way.
 func oldMeshletLeaving(t *testing.T, c *clusterenv.Cluster, old string) bool {
-	pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(t.Context(), metav1.ListOptions{})
+	pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(t.Context(), meshletPods)
 	if err != nil {
 		return false
 	}
@@ -225,7 +229,7 @@ func (r *release) waitRolledOut(tag string) *corev1.Pod {
 	// down, behind the update's churn of mesh pods, which on a loaded
 	// 2-core CI machine took longer than a minute.
 	waitForfWithin(r.t, 3*time.Minute, func() (bool, string) {
-		pods, err := r.c.Client.CoreV1().Pods(meshletNamespace).List(context.Background(), metav1.ListOptions{})
+		pods, err := r.c.Client.CoreV1().Pods(meshletNamespace).List(context.Background(), meshletPods)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -457,7 +461,7 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	// pods keep their redirection.
 	setNodeLabel(t, c, meshletNodeLabel, "false")
 	waitFor(t, "meshlet's pod gone from the relabelled node", func() bool {
-		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{})
+		pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, meshletPods)
 		return err == nil && len(pods.Items) == 0
 	})
 	r.nodeClean("the node's leaving the DaemonSet")
@@ -471,7 +475,7 @@ func TestDaemonSetOnKubelet(t *testing.T) {
 	// their rules.
 	// The documented uninstall: it returns once meshlet's pods are gone.
 	r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
-	if pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, metav1.ListOptions{}); err != nil || len(pods.Items) != 0 {
+	if pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(ctx, meshletPods); err != nil || len(pods.Items) != 0 {
 		t.Fatalf("helm uninstall --cascade=foreground --wait returned with meshlet's pods %v (%v)", pods, err)
 	}
 	r.nodeClean("the uninstall")

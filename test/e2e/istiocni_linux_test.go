@@ -537,7 +537,7 @@ func firstAddInode(zt *ztunnelFollower, uid string) uint64 {
 // meshletPod is meshlet's DaemonSet pod on the node, nil before there is one.
 func meshletPod(t testing.TB, c *clusterenv.Cluster) *corev1.Pod {
 	t.Helper()
-	pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(t.Context(), metav1.ListOptions{})
+	pods, err := c.Client.CoreV1().Pods(meshletNamespace).List(t.Context(), meshletPods)
 	if err != nil || len(pods.Items) == 0 {
 		return nil
 	}

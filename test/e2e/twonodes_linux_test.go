@@ -137,7 +137,7 @@ func (tn *twoNodes) meshletPods() map[string]*corev1.Pod {
 	tn.t.Helper()
 	var byNode map[string]*corev1.Pod
 	waitForfWithin(tn.t, 3*time.Minute, func() (bool, string) {
-		pods, err := tn.c.Client.CoreV1().Pods(meshletNamespace).List(context.Background(), metav1.ListOptions{})
+		pods, err := tn.c.Client.CoreV1().Pods(meshletNamespace).List(context.Background(), meshletPods)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -181,6 +181,31 @@ func (tn *twoNodes) meshTaintOf(node string) (string, bool) {
 	if err != nil {
 		return "", false
 	}
+	return meshTaintIn(n)
+}
+
+// waitTaint waits until node has the mesh taint (want) or not, and
+// returns when it saw it: through a watch, so that what it measures is the
+// API server's, not a poll's (the test's client is rate-limited).
+func (tn *twoNodes) waitTaint(node string, want bool) time.Time {
+	tn.t.Helper()
+	return tn.waitNode(node, fmt.Sprintf("mesh taint present=%v", want), func(n *corev1.Node) bool {
+		_, has := meshTaintIn(n)
+		return has == want
+	})
+}
+
+// waitTaintValue waits until node has the mesh taint with value.
+func (tn *twoNodes) waitTaintValue(node, value string) {
+	tn.t.Helper()
+	tn.waitNode(node, "mesh taint "+value, func(n *corev1.Node) bool {
+		v, has := meshTaintIn(n)
+		return has && v == value
+	})
+}
+
+// meshTaintIn is the node's mesh taint's value, and whether it has one.
+func meshTaintIn(n *corev1.Node) (string, bool) {
 	for _, taint := range n.Spec.Taints {
 		if taint.Key == meshTaint && taint.Effect == corev1.TaintEffectNoSchedule {
 			return taint.Value, true
@@ -189,26 +214,10 @@ func (tn *twoNodes) meshTaintOf(node string) (string, bool) {
 	return "", false
 }
 
-// waitTaint waits until node has the mesh taint (want) or not, and
-// returns when it saw it: through a watch, so that what it measures is the
-// API server's, not a poll's (the test's client is rate-limited).
-func (tn *twoNodes) waitTaint(node string, want bool) time.Time {
-	tn.t.Helper()
-	at, _ := tn.waitTaintRV(node, want)
-	return at
-}
-
-// waitTaintRV is waitTaint, also returning the node's resourceVersion
-// then: etcd's revision of the change, which orders it among all writes.
-func (tn *twoNodes) waitTaintRV(node string, want bool) (time.Time, int64) {
-	tn.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	tainted := func(n *corev1.Node) bool {
-		return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == meshTaint && t.Effect == corev1.TaintEffectNoSchedule })
-	}
+// nodeWatch is a list and watch of one node.
+func (tn *twoNodes) nodeWatch(node string) *cache.ListWatch {
 	sel := fields.OneTermEqualSelector("metadata.name", node).String()
-	lw := &cache.ListWatch{
+	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = sel
 			return tn.c.Client.CoreV1().Nodes().List(ctx, o)
@@ -218,19 +227,53 @@ func (tn *twoNodes) waitTaintRV(node string, want bool) (time.Time, int64) {
 			return tn.c.Client.CoreV1().Nodes().Watch(ctx, o)
 		},
 	}
-	ev, err := watchtools.UntilWithSync(ctx, lw, &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
+}
+
+// waitNode waits (60 s at most), through a watch, until cond holds for the
+// node, and returns when it saw it.
+func (tn *twoNodes) waitNode(node, what string, cond func(*corev1.Node) bool) time.Time {
+	tn.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err := watchtools.UntilWithSync(ctx, tn.nodeWatch(node), &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
 		n, ok := ev.Object.(*corev1.Node)
-		return ok && tainted(n) == want, nil
+		return ok && cond(n), nil
 	})
 	if err != nil {
-		tn.t.Fatalf("node %s: mesh taint present=%v after 60s, want %v: %v", node, !want, want, err)
+		tn.t.Fatalf("node %s: no %s after 60s: %v", node, what, err)
 	}
-	return time.Now(), revision(tn.t, ev.Object.(*corev1.Node).ResourceVersion)
+	return time.Now()
+}
+
+// untaintedAt watches node, tainted now, from now on, and returns a
+// function that says the revision of the first write that took its mesh
+// taint off (0: none yet).
+func (tn *twoNodes) untaintedAt(node string) func() int64 {
+	tn.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var rv int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = watchtools.UntilWithSync(ctx, tn.nodeWatch(node), &corev1.Node{}, nil, func(ev watch.Event) (bool, error) {
+			n, ok := ev.Object.(*corev1.Node)
+			if _, has := meshTaintIn(n); ok && !has {
+				mu.Lock()
+				rv = revision(tn.t, n.ResourceVersion)
+				mu.Unlock()
+				return true, nil
+			}
+			return false, nil
+		})
+	}()
+	tn.t.Cleanup(func() { cancel(); <-done })
+	return func() int64 { mu.Lock(); defer mu.Unlock(); return rv }
 }
 
 // revision is a resourceVersion as etcd's revision: kube-apiserver on
 // etcd gives every write the store's revision, so two objects' versions
-// order their writes.
+// order their writes (the tests' API server is on etcd).
 func revision(t testing.TB, rv string) int64 {
 	t.Helper()
 	n, err := strconv.ParseInt(rv, 10, 64)
@@ -405,9 +448,7 @@ func TestTwoNodes(t *testing.T) {
 	meshlets := tn.meshletPods()
 	ztA := tn.ztunnel(env.NodeName)
 	tn.waitTaint(env.NodeName, false)
-	if v, has := tn.meshTaintOf(nodeB); !has || v != "ztunnel-disconnected" {
-		t.Fatalf("node %s without ztunnel: mesh taint %q (present %v), want ztunnel-disconnected", nodeB, v, has)
-	}
+	tn.waitTaintValue(nodeB, "ztunnel-disconnected")
 
 	// ztunnel on A only.
 	var meshPods, plainPods []*corev1.Pod
@@ -494,6 +535,7 @@ func TestTwoNodes(t *testing.T) {
 	if v, has := tn.meshTaintOf(nodeB); !has || v != "meshlet-stopped" {
 		t.Errorf("node %s after meshlet stopped: mesh taint %q (present %v), want meshlet-stopped", nodeB, v, has)
 	}
+	untaintedRV := tn.untaintedAt(nodeB)
 	ztB.Stop()
 	if err := tn.b.PowerOff(); err != nil {
 		t.Fatal(err)
@@ -528,10 +570,11 @@ func TestTwoNodes(t *testing.T) {
 	// is back the node stays tainted, and the pod for it is bound only
 	// after the taint is gone (in etcd's order of writes).
 	ztB = tn.ztunnel(nodeB)
-	_, untaintedRV := tn.waitTaintRV(nodeB, false)
+	tn.waitTaint(nodeB, false)
 	waitPod(t, c, forB, "Running", running)
-	if rv := boundRV(); rv <= untaintedRV {
-		t.Errorf("pod %s bound to node %s at revision %d, before its mesh taint went at %d", forB.Name, nodeB, rv, untaintedRV)
+	waitFor(t, "the revisions of the taint's removal and the pod's binding", func() bool { return untaintedRV() != 0 && boundRV() != 0 })
+	if bound, untainted := boundRV(), untaintedRV(); bound <= untainted {
+		t.Errorf("pod %s bound to node %s at revision %d, before its mesh taint went at %d", forB.Name, nodeB, bound, untainted)
 	}
 	tn.enrolledBy(ztB, forB)
 	t.Logf("node %s reboot: the mesh pod created for it while it was down Running %v after its creation (%v after the kubelet was back)",
@@ -545,11 +588,46 @@ func TestTwoNodes(t *testing.T) {
 		}
 	}
 
-	// An uninstall takes the taint off both nodes.
+	// An update that turns the taint off: node B, tainted (no ztunnel),
+	// loses the taint as its meshlet is replaced by one without it, and
+	// the new one leaves it off.
+	ztB.Stop()
+	tn.waitTaint(nodeB, true)
+	tn.r.mustHelm("upgrade", "meshlet", filepath.Join(moduleRoot(t), "deploy", "charts", "meshlet"), "-n", meshletNamespace,
+		"-f", tn.r.values, "--set", "nodeReadiness.mode=off")
+	tn.waitTaint(nodeB, false)
+	tn.rolledOut()
+	if v, has := tn.meshTaintOf(nodeB); has {
+		t.Errorf("node %s, its meshlet updated to no taint: mesh taint %q", nodeB, v)
+	}
+
+	// Back to the taint: both nodes tainted (no ztunnel follows meshlet
+	// here); an uninstall, which deletes meshlet's RBAC with its
+	// DaemonSet, takes the taint off both.
+	tn.r.mustHelm("upgrade", "meshlet", filepath.Join(moduleRoot(t), "deploy", "charts", "meshlet"), "-n", meshletNamespace,
+		"-f", tn.r.values, "--set", "nodeReadiness.mode=taint")
+	tn.rolledOut()
+	tn.waitTaintValue(env.NodeName, "ztunnel-disconnected")
+	tn.waitTaintValue(nodeB, "ztunnel-disconnected")
 	tn.r.mustHelm("uninstall", "meshlet", "-n", meshletNamespace, "--cascade=foreground", "--wait")
 	for _, n := range []string{env.NodeName, nodeB} {
 		if v, has := tn.meshTaintOf(n); has {
 			t.Errorf("node %s after the uninstall: mesh taint %q left", n, v)
 		}
 	}
+}
+
+// rolledOut waits until meshlet's DaemonSet runs its current template,
+// Ready, on both nodes, and no other pod.
+func (tn *twoNodes) rolledOut() {
+	tn.t.Helper()
+	waitForfWithin(tn.t, 3*time.Minute, func() (bool, string) {
+		ds, err := tn.c.Client.AppsV1().DaemonSets(meshletNamespace).Get(context.Background(), "meshlet", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := ds.Status
+		return st.ObservedGeneration == ds.Generation && st.UpdatedNumberScheduled == 2 && st.NumberAvailable == 2 && st.CurrentNumberScheduled == 2,
+			fmt.Sprintf("%+v", st)
+	}, func() string { return "meshlet's DaemonSet rolled out on both nodes" })
 }

@@ -34,7 +34,7 @@ type Overlay struct{ Target, Source string }
 func NewMountNamespace(dir string, overlays []Overlay) (_ *MountNamespace, err error) {
 	m := &MountNamespace{Path: filepath.Join(dir, "mnt"), dir: dir, overlays: overlays}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("mount namespace: %w", err)
 	}
 	// A namespace can only be bound on a private mount (on a shared one
 	// the bind would propagate a reference to the namespace into itself).
@@ -58,19 +58,19 @@ func NewMountNamespace(dir string, overlays []Overlay) (_ *MountNamespace, err e
 // create makes a new namespace at Path and binds the overlays in it.
 func (m *MountNamespace) create() error {
 	if err := os.WriteFile(m.Path, nil, 0o644); err != nil {
-		return err
+		return fmt.Errorf("mount namespace: %w", err)
 	}
 	if err := run("unshare", "--mount="+m.Path, "--propagation", "private", "true"); err != nil {
-		return err
+		return fmt.Errorf("mount namespace: %w", err)
 	}
 	var script strings.Builder
 	script.WriteString("set -e\n")
 	for _, o := range m.overlays {
 		if err := os.MkdirAll(o.Source, 0o755); err != nil {
-			return err
+			return fmt.Errorf("overlay source: %w", err)
 		}
 		if err := os.MkdirAll(o.Target, 0o755); err != nil {
-			return err
+			return fmt.Errorf("overlay target: %w", err)
 		}
 		// The copies of node A's mounts at Target go first: a runtime
 		// that checks a path's propagation reads the first mount of it
@@ -87,8 +87,10 @@ func (m *MountNamespace) create() error {
 // Recreate replaces the namespace with a new one, the overlays in place
 // and nothing else mounted: a node's reboot as its mounts see it (network
 // namespaces, container root filesystems and volumes gone). Every process
-// in it must have been killed first (KillInMountNamespace).
+// in it is killed first (KillInMountNamespace): none may outlive the
+// namespace's file, where nothing could find it again.
 func (m *MountNamespace) Recreate() error {
+	KillInMountNamespace(m.Path)
 	if err := syscall.Unmount(m.Path, syscall.MNT_DETACH); err != nil {
 		return fmt.Errorf("release mount namespace %s: %w", m.Path, err)
 	}

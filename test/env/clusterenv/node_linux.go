@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
@@ -67,14 +68,15 @@ type Node struct {
 // listens on the first node's loopback: the node gets a forwarder on its
 // own, so that its kubelet and its host-network pods reach it there.
 func (c *Cluster) AddNode(opts NodeOptions) (_ *Node, err error) {
-	n := &Node{c: c, opts: opts, dir: c.path("node-" + opts.Name), cgroupRoot: "/meshlet-" + opts.Name}
+	// The test process's pid: the cgroup root is this test's alone.
+	n := &Node{c: c, opts: opts, dir: c.path("node-" + opts.Name), cgroupRoot: fmt.Sprintf("/meshlet-%s-%d", opts.Name, os.Getpid())}
 	defer func() {
 		if err != nil {
 			_ = n.stop()
 		}
 	}()
 	if err := os.MkdirAll(n.dir, 0o755); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node %s: %w", opts.Name, err)
 	}
 	ns := filepath.Base(opts.NetnsPath)
 	if out, err := exec.Command("ip", "-n", ns, "addr", "replace", opts.IP+"/32", "dev", "lo").CombinedOutput(); err != nil {
@@ -87,7 +89,7 @@ func (c *Cluster) AddNode(opts NodeOptions) (_ *Node, err error) {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(c.kubeletConfig(opts.CRISocket, n.cgroupRoot)), 0o644); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node %s: %w", opts.Name, err)
 	}
 	if err := n.StartKubelet(); err != nil {
 		return nil, err
@@ -108,7 +110,7 @@ func (n *Node) Name() string { return n.opts.Name }
 func (n *Node) proxyAPI() error {
 	u, err := url.Parse(n.c.Kube.Config().Host)
 	if err != nil {
-		return err
+		return fmt.Errorf("the API server's address: %w", err)
 	}
 	l, err := netnstest.Listen(n.opts.NetnsPath, "tcp", "127.0.0.1:"+u.Port())
 	if err != nil {
@@ -147,14 +149,30 @@ func (n *Node) proxyAPI() error {
 
 // makeCgroupRoot creates the node's cgroup root in every hierarchy (the
 // kubelet expects it), cpuset's with its parent's CPUs and memory nodes.
+// Only cgroup v1 hierarchies (the cgroupfs driver, as on the machines the
+// tests run on): under the unified hierarchy every directory of
+// /sys/fs/cgroup is a cgroup, not a hierarchy.
 func (n *Node) makeCgroupRoot() error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/cgroup", &fs); err != nil {
+		return fmt.Errorf("node %s: /sys/fs/cgroup: %w", n.opts.Name, err)
+	}
+	if fs.Type == unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("node %s: a second node needs cgroup v1 hierarchies, and /sys/fs/cgroup is the unified (v2) hierarchy", n.opts.Name)
+	}
 	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, h := range hierarchies {
 		if fi, err := os.Lstat(h); err != nil || !fi.IsDir() {
 			continue // a symlink (cpu -> cpu,cpuacct): made through its target
 		}
+		var hfs unix.Statfs_t
+		if err := unix.Statfs(h, &hfs); err != nil || hfs.Type != unix.CGROUP_SUPER_MAGIC {
+			continue // not a v1 hierarchy (the unified one beside them)
+		}
 		dir := h + n.cgroupRoot
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		// Refused when it exists: KillPods and the teardown would take
+		// whatever runs in it.
+		if err := os.Mkdir(dir, 0o755); err != nil {
 			return fmt.Errorf("node %s cgroup %s: %w", n.opts.Name, dir, err)
 		}
 		n.undo = append(n.undo, func() error { return removeCgroup(dir) })

@@ -285,6 +285,9 @@ toleration, and off on older clusters and with config.revision).
 {{- if and (has $mode (list "taint" "condition")) .Values.config.standalone -}}
 {{- fail (printf "nodeReadiness.mode=%s needs the API server: set it off (or \"\") with config.standalone" $mode) -}}
 {{- end -}}
+{{- if and (has $mode (list "taint" "condition")) .Values.config.revision -}}
+{{- fail (printf "nodeReadiness.mode=%s with config.revision: a node has one mesh taint, for the meshlet without a revision; set it off (or \"\") here" $mode) -}}
+{{- end -}}
 {{- if ne $mode "" -}}
 {{- $mode -}}
 {{- else if and (not .Values.config.revision) (not .Values.config.standalone) (semverCompare ">=1.36.0-0" .Capabilities.KubeVersion.Version) -}}
