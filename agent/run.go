@@ -391,7 +391,7 @@ func startNodeReadiness(lc *lifecycle, cfg Config, api *apiClients, state func()
 // is not being uninstalled and sets both alike. An update that turns them off or renames
 // them would otherwise leave this meshlet's taint on the node for good.
 // Without the DaemonSet (no --pod-name), or before it was seen, it is taken
-// to.
+// to, and so is a value the template takes from a ConfigMap or Secret.
 func successorKeeps(cfg Config, ds *kube.DaemonSetWatch) bool {
 	if ds == nil {
 		return true
@@ -403,9 +403,10 @@ func successorKeeps(cfg Config, ds *kube.DaemonSetWatch) bool {
 	if t == nil {
 		return true
 	}
-	taint, _ := kube.TemplateFlag(t, "node-taint")
-	condition, _ := kube.TemplateFlag(t, "node-condition")
-	return taint == cfg.NodeTaint && condition == cfg.NodeCondition
+	taint, taintKnown := kube.TemplateFlag(t, "node-taint")
+	condition, conditionKnown := kube.TemplateFlag(t, "node-condition")
+	// A value the template takes from elsewhere is taken to be kept.
+	return (!taintKnown || taint == cfg.NodeTaint) && (!conditionKnown || condition == cfg.NodeCondition)
 }
 
 // stopped is Run's result when start-up waited and was interrupted: nil

@@ -10,10 +10,10 @@ import (
 
 // TemplateFlag is the value a pod template gives one of meshlet's flags in
 // any of its containers, as the daemon reads it: an argument (--flag=value
-// or --flag value) over its environment variable (MESHLET_<FLAG>); set is
-// false when no container gives it. A value taken from a ConfigMap or a
-// Secret (valueFrom) is not known: set, with an empty value.
-func TemplateFlag(t *corev1.PodTemplateSpec, flag string) (value string, set bool) {
+// or --flag value) over its environment variable (MESHLET_<FLAG>); "" when
+// no container gives it. known is false when a container takes it from a
+// ConfigMap or a Secret (valueFrom), which the template does not say.
+func TemplateFlag(t *corev1.PodTemplateSpec, flag string) (value string, known bool) {
 	for _, c := range t.Spec.Containers {
 		args := append(append([]string(nil), c.Command...), c.Args...)
 		for i := 0; i < len(args); i++ {
@@ -30,9 +30,9 @@ func TemplateFlag(t *corev1.PodTemplateSpec, flag string) (value string, set boo
 		}
 		for _, e := range c.Env {
 			if e.Name == flagenv.EnvName(flag) {
-				return e.Value, true
+				return e.Value, e.ValueFrom == nil
 			}
 		}
 	}
-	return "", false
+	return "", true
 }

@@ -17,18 +17,19 @@ func TestTemplateFlag(t *testing.T) {
 		what      string
 		c         corev1.Container
 		want      string
-		wantIsSet bool
+		wantKnown bool
 	}{
-		{"unset", corev1.Container{Env: []corev1.EnvVar{{Name: "MESHLET_NODE_NAME", Value: "x"}}}, "", false},
+		{"unset", corev1.Container{Env: []corev1.EnvVar{{Name: "MESHLET_NODE_NAME", Value: "x"}}}, "", true},
+		{"from a ConfigMap: not known", corev1.Container{Env: []corev1.EnvVar{{Name: "MESHLET_NODE_TAINT", ValueFrom: &corev1.EnvVarSource{}}}}, "", false},
 		{"environment", corev1.Container{Env: env}, "from-env", true},
 		{"--flag=value over the environment", corev1.Container{Args: []string{"--node-taint=from-arg"}, Env: env}, "from-arg", true},
 		{"-flag value", corev1.Container{Command: []string{"meshlet", "-node-taint", "from-arg"}}, "from-arg", true},
 		{"empty: off", corev1.Container{Args: []string{"--node-taint="}, Env: env}, "", true},
-		{"another flag's value", corev1.Container{Args: []string{"--node-taint-x=y", "node-taint"}}, "", false},
+		{"another flag's value", corev1.Container{Args: []string{"--node-taint-x=y", "node-taint"}}, "", true},
 	} {
-		got, set := kube.TemplateFlag(tmpl(tc.c), "node-taint")
-		if got != tc.want || set != tc.wantIsSet {
-			t.Errorf("%s: %q, %v; want %q, %v", tc.what, got, set, tc.want, tc.wantIsSet)
+		got, known := kube.TemplateFlag(tmpl(tc.c), "node-taint")
+		if got != tc.want || known != tc.wantKnown {
+			t.Errorf("%s: %q, %v; want %q, %v", tc.what, got, known, tc.want, tc.wantKnown)
 		}
 	}
 }
