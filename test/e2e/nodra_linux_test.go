@@ -37,7 +37,11 @@ func TestWithoutDRA(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm install --dry-run=server without DRA: %v\n%s", err, out)
 	}
+	// The release's objects: after the hooks, before the notes.
 	manifest, _, _ := strings.Cut(string(out), "NOTES:")
+	if _, objects, ok := strings.Cut(manifest, "MANIFEST:"); ok {
+		manifest = objects
+	}
 	manifest = manifest[strings.Index(manifest, "---"):]
 	objs, err := helmchart.Decode([]byte(manifest))
 	if err != nil {
