@@ -387,26 +387,12 @@ func startNodeReadiness(lc *lifecycle, cfg Config, api *apiClients, state func()
 }
 
 // successorKeeps says whether the meshlet that follows this one on the
-// node keeps its taint and condition: meshlet's DaemonSet, as last seen,
-// is not being uninstalled and sets both alike. An update that turns them off or renames
-// them would otherwise leave this meshlet's taint on the node for good.
-// Without the DaemonSet (no --pod-name), or before it was seen, it is taken
-// to, and so is a value the template takes from a ConfigMap or Secret.
+// node keeps its taint and condition (kube.DaemonSetWatch.Keeps): an
+// update that turns them off or renames them, or an uninstall, would
+// otherwise leave this meshlet's taint on the node for good. Without the
+// DaemonSet's watch (no --pod-name) it is taken to.
 func successorKeeps(cfg Config, ds *kube.DaemonSetWatch) bool {
-	if ds == nil {
-		return true
-	}
-	if ds.Removed() || ds.Uninstalling() {
-		return false
-	}
-	t := ds.Template()
-	if t == nil {
-		return true
-	}
-	taint, taintKnown := kube.TemplateFlag(t, "node-taint")
-	condition, conditionKnown := kube.TemplateFlag(t, "node-condition")
-	// A value the template takes from elsewhere is taken to be kept.
-	return (!taintKnown || taint == cfg.NodeTaint) && (!conditionKnown || condition == cfg.NodeCondition)
+	return ds == nil || ds.Keeps(cfg.NodeTaint, cfg.NodeCondition)
 }
 
 // stopped is Run's result when start-up waited and was interrupted: nil

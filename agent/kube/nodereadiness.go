@@ -111,6 +111,7 @@ func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State, s
 		writtenAt time.Time
 		logged    *meshready.State // the last state logged
 		handedOff bool             // taken off: no successor keeps them
+		removeErr string           // the last failed removal's error
 	)
 	started, toldUnsynced := time.Now(), false
 	for {
@@ -126,8 +127,13 @@ func (n *NodeReadiness) Run(ctx context.Context, state func() meshready.State, s
 		if !successorKeeps() {
 			if !handedOff && time.Now().After(retryAt) {
 				if err := n.Remove(ctx); err != nil {
-					retryAt = time.Now().Add(time.Second)
-					logger.Error(err, "Taking the node's mesh taint or condition off: the next meshlet does not keep them")
+					// A renamed key's new policy may refuse it for good:
+					// said once, tried every ten seconds.
+					retryAt = time.Now().Add(10 * time.Second)
+					if removeErr == "" || removeErr != err.Error() {
+						logger.Error(err, "Taking the node's mesh taint or condition off: the next meshlet does not keep them; retrying every 10s")
+						removeErr = err.Error()
+					}
 					continue
 				}
 				logger.Info("Node's mesh taint and condition taken off: meshlet's DaemonSet is deleted, or no longer sets them")

@@ -437,15 +437,20 @@ func TestRBACNodeCondition(t *testing.T) {
 			t.Errorf("meshlet: %s: %v, want refused by %s with %q", tc.what, err, vap, tc.want)
 		}
 	}
-	// A taint is not its to change in this mode: RBAC grants no nodes
-	// patch.
-	_, err := onB.CoreV1().Nodes().Patch(ctx, b, types.MergePatchType, []byte(`{"spec":{"taints":[{"key":"`+nodeTaint+`","effect":"NoSchedule"}]}}`), metav1.PatchOptions{})
-	if !apierrors.IsForbidden(err) {
-		t.Errorf("patch its node's taints in condition mode: %v, want Forbidden", err)
+	// Of the taints, only the mesh taint (a meshlet of the mode before an
+	// update takes it off): another is refused.
+	n, err := c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
+	must(t, err)
+	taints := append(slices.Clone(n.Spec.Taints), corev1.Taint{Key: "example.com/x", Effect: corev1.TaintEffectNoSchedule})
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"taints": taints}})
+	must(t, err)
+	_, err = onB.CoreV1().Nodes().Patch(ctx, b, types.MergePatchType, patch, metav1.PatchOptions{})
+	if !refused(err, "only the taint "+nodeTaint) {
+		t.Errorf("another taint of its node in condition mode: %v, want refused by %s", err, vap)
 	}
 	// Removed on an uninstall.
 	must(t, kube.NewNodeReadiness(onB, kube.NodeReadinessConfig{Node: b, ConditionType: typ}).Remove(ctx))
-	n, err := c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
+	n, err = c.CoreV1().Nodes().Get(ctx, b, metav1.GetOptions{})
 	must(t, err)
 	if slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool { return string(c.Type) == typ }) {
 		t.Errorf("node %s keeps condition %s after Remove", b, typ)
@@ -453,10 +458,11 @@ func TestRBACNodeCondition(t *testing.T) {
 }
 
 // TestReleaseNodes: meshlet release-nodes (the chart's pre-delete hook)
-// marks the DaemonSet as being uninstalled, which a running meshlet sees
-// and takes its node's taint off at once; what no meshlet takes off within
-// the wait (a node whose meshlet is not running) it takes off itself,
-// every other taint and condition left as it was.
+// marks the DaemonSet as being uninstalled, on which a running meshlet
+// (following it as the daemon does, DaemonSetWatch.Keeps) takes its node's
+// taint off at once, well within the wait; what no meshlet takes off (a
+// node whose meshlet is not running) it takes off itself once the wait is
+// over. Every other taint and condition stays.
 func TestReleaseNodes(t *testing.T) {
 	c := admin(t)
 	ctx := context.Background()
@@ -470,50 +476,25 @@ func TestReleaseNodes(t *testing.T) {
 	must(t, err)
 	const typ = "mesh.meshlet.dev/MeshReady"
 	other := corev1.Taint{Key: "example.com/gpu", Effect: corev1.TaintEffectNoSchedule}
-	var nodes []string
-	for i := range 2 {
+	// A node with the mesh taint, or meshlet's condition, or neither.
+	node := func(i int, meshTaint, meshCondition bool) string {
 		name := fmt.Sprintf("release-%d-%d", i, seq.Add(1))
-		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.NodeSpec{Taints: []corev1.Taint{other, {Key: nodeTaint, Value: meshready.ReasonZtunnel, Effect: corev1.TaintEffectNoSchedule}}}},
-			metav1.CreateOptions{})
-		must(t, err)
-		_, err = c.CoreV1().Nodes().PatchStatus(ctx, name, []byte(`{"status":{"conditions":[{"type":"`+typ+`","status":"False","reason":"X"},{"type":"Ready","status":"True","reason":"KubeletReady"}]}}`))
-		must(t, err)
-		nodes = append(nodes, name)
-	}
-	// Node 0's meshlet runs (its pod the DaemonSet's) and follows the
-	// DaemonSet, as the daemon does; node 1's does not run.
-	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-0",
-		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "meshlet", UID: dset.UID, Controller: ptr(true)}}},
-		Spec: corev1.PodSpec{NodeName: nodes[0], AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet.test/pause:1"}}}},
-		metav1.CreateOptions{})
-	must(t, err)
-	_, wctx := ktesting.NewTestContext(t)
-	wctx, cancel := context.WithCancel(wctx)
-	defer cancel()
-	ds := kube.WatchDaemonSet(wctx, c, ns, pod.Name)
-	eventually(t, "the DaemonSet's template seen", func() bool { return ds.Template() != nil })
-	m := &meshState{s: ztunnelGone}
-	_, stop := runNodeReadiness(t, c, kube.NodeReadinessConfig{Node: nodes[0], TaintKey: nodeTaint}, m)
-	defer stop()
-	waitTaint(t, c, nodes[0], nodeTaint, meshready.ReasonZtunnel)
-	go func() {
-		// As the daemon's successorKeeps: an uninstalling DaemonSet keeps
-		// nothing.
-		for wctx.Err() == nil && !ds.Uninstalling() {
-			time.Sleep(10 * time.Millisecond)
+		taints := []corev1.Taint{other}
+		if meshTaint {
+			taints = append(taints, corev1.Taint{Key: nodeTaint, Value: meshready.ReasonZtunnel, Effect: corev1.TaintEffectNoSchedule})
 		}
-		m.notKept.Store(true)
-	}()
-
-	start := time.Now()
-	must(t, kube.ReleaseNodes(wctx, c, kube.ObjectRef{Namespace: ns, Name: "meshlet"}, nodeTaint, typ, 3*time.Second))
-	got, err := c.AppsV1().DaemonSets(ns).Get(ctx, "meshlet", metav1.GetOptions{})
-	must(t, err)
-	if got.Annotations[kube.UninstallingAnnotation] != "true" {
-		t.Errorf("DaemonSet annotations %v, want %s", got.Annotations, kube.UninstallingAnnotation)
+		_, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{Taints: taints}}, metav1.CreateOptions{})
+		must(t, err)
+		conditions := `{"type":"Ready","status":"True","reason":"KubeletReady"}`
+		if meshCondition {
+			conditions = `{"type":"` + typ + `","status":"False","reason":"X"},` + conditions
+		}
+		_, err = c.CoreV1().Nodes().PatchStatus(ctx, name, []byte(`{"status":{"conditions":[`+conditions+`]}}`))
+		must(t, err)
+		return name
 	}
-	for _, name := range nodes {
+	released := func(name string) {
+		t.Helper()
 		n, err := c.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		must(t, err)
 		// (The API server's own, node.kubernetes.io/not-ready, stays too.)
@@ -524,14 +505,70 @@ func TestReleaseNodes(t *testing.T) {
 			t.Errorf("node %s conditions %+v, want only Ready", name, n.Status.Conditions)
 		}
 	}
-	// The running meshlet took its own off, and keeps it off.
-	stop()
-	if got := meshTaints(t, c, nodes[0], nodeTaint); len(got) != 0 {
-		t.Errorf("node %s after its meshlet stopped: %+v, want no mesh taint", nodes[0], got)
+
+	// A node whose meshlet runs (its pod the DaemonSet's) and follows the
+	// DaemonSet.
+	running := node(0, false, false)
+	pod, err := c.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "meshlet-0",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "meshlet", UID: dset.UID, Controller: ptr(true)}}},
+		Spec: corev1.PodSpec{NodeName: running, AutomountServiceAccountToken: new(bool), Containers: []corev1.Container{{Name: "meshlet", Image: "meshlet.test/pause:1"}}}},
+		metav1.CreateOptions{})
+	must(t, err)
+	_, wctx := ktesting.NewTestContext(t)
+	wctx, cancel := context.WithCancel(wctx)
+	defer cancel()
+	ds := kube.WatchDaemonSet(wctx, c, ns, pod.Name)
+	eventually(t, "the DaemonSet's template seen", func() bool { return ds.Template() != nil })
+	if !ds.Keeps(nodeTaint, "") || ds.Keeps("mesh.example.com/not-ready", "") {
+		t.Fatalf("Keeps: want the template's key kept, and no other")
 	}
-	t.Logf("release-nodes took %v (its wait: 3s, for the node without a running meshlet)", time.Since(start).Round(time.Millisecond))
+	nr := kube.NewNodeReadiness(c, kube.NodeReadinessConfig{Node: running, TaintKey: nodeTaint})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nr.Run(wctx, (&meshState{s: ztunnelGone}).get, func() bool { return ds.Keeps(nodeTaint, "") })
+	}()
+	defer func() { cancel(); <-done }()
+	waitTaint(t, c, running, nodeTaint, meshready.ReasonZtunnel)
+
+	const wait = 20 * time.Second
+	start := time.Now()
+	must(t, kube.ReleaseNodes(wctx, c, kube.ObjectRef{Namespace: ns, Name: "meshlet"}, nodeTaint, typ, wait))
+	took := time.Since(start)
+	if took > wait/2 {
+		t.Errorf("release-nodes took %v: the running meshlet did not take its taint off within %v", took, wait/2)
+	}
+	got, err := c.AppsV1().DaemonSets(ns).Get(ctx, "meshlet", metav1.GetOptions{})
+	must(t, err)
+	if at, err := time.Parse(time.RFC3339, got.Annotations[kube.UninstallingAnnotation]); err != nil || time.Since(at) > time.Minute {
+		t.Errorf("DaemonSet annotations %v, want %s with the time", got.Annotations, kube.UninstallingAnnotation)
+	}
+	if ds.Keeps(nodeTaint, "") {
+		t.Error("Keeps, the DaemonSet being uninstalled: want false")
+	}
+	// The running meshlet keeps it off (and its condition: none here).
+	time.Sleep(2 * nodeReadinessLook)
+	n, err := c.CoreV1().Nodes().Get(ctx, running, metav1.GetOptions{})
+	must(t, err)
+	if slices.ContainsFunc(n.Spec.Taints, func(tn corev1.Taint) bool { return tn.Key == nodeTaint }) {
+		t.Errorf("node %s: the mesh taint came back after the release: %+v", running, n.Spec.Taints)
+	}
+	t.Logf("release-nodes with a running meshlet: %v", took.Round(time.Millisecond))
+
+	// A node whose meshlet is not running: taken off after the wait.
+	down := node(1, true, true)
+	start = time.Now()
+	must(t, kube.ReleaseNodes(wctx, c, kube.ObjectRef{Namespace: ns, Name: "meshlet"}, nodeTaint, typ, time.Second))
+	if took := time.Since(start); took < time.Second {
+		t.Errorf("release-nodes returned after %v, before its wait, with node %s still held", took, down)
+	}
+	released(down)
 
 	// Without the DaemonSet: at once.
 	must(t, c.AppsV1().DaemonSets(ns).Delete(ctx, "meshlet", metav1.DeleteOptions{}))
 	must(t, kube.ReleaseNodes(wctx, c, kube.ObjectRef{Namespace: ns, Name: "meshlet"}, nodeTaint, typ, time.Minute))
 }
+
+// nodeReadinessLook is how often the publisher looks (kube's
+// nodeReadinessPoll).
+const nodeReadinessLook = 100 * time.Millisecond

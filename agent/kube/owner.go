@@ -117,8 +117,9 @@ func Departing(ctx context.Context, client kubernetes.Interface, namespace, name
 // its RBAC right after the DaemonSet).
 type DaemonSetWatch struct {
 	removed atomic.Bool
-	// uninstalling: the DaemonSet carries UninstallingAnnotation.
-	uninstalling atomic.Bool
+	// uninstallingSince is UninstallingAnnotation's time on the DaemonSet
+	// as last seen (nil: none).
+	uninstallingSince atomic.Pointer[time.Time]
 	// template is the DaemonSet's pod template as last seen.
 	template atomic.Pointer[corev1.PodTemplateSpec]
 }
@@ -127,14 +128,46 @@ type DaemonSetWatch struct {
 func (w *DaemonSetWatch) Removed() bool { return w.removed.Load() }
 
 // Uninstalling is whether the DaemonSet, as last seen, is about to be
-// deleted (UninstallingAnnotation).
-func (w *DaemonSetWatch) Uninstalling() bool { return w.uninstalling.Load() }
+// deleted: it carries UninstallingAnnotation, set less than
+// uninstallingFor ago. An annotation older than that is an uninstall that
+// failed or was given up (or a pre-delete hook applied as a plain object):
+// meshlet goes on as before.
+func (w *DaemonSetWatch) Uninstalling() bool {
+	since := w.uninstallingSince.Load()
+	return since != nil && time.Since(*since) < uninstallingFor
+}
+
+// uninstallingFor bounds how long UninstallingAnnotation holds.
+const uninstallingFor = 10 * time.Minute
 
 // seen records the DaemonSet as it is now.
 func (w *DaemonSetWatch) seen(ds *appsv1.DaemonSet) {
 	w.template.Store(&ds.Spec.Template)
-	_, uninstalling := ds.Annotations[UninstallingAnnotation]
-	w.uninstalling.Store(uninstalling)
+	var since *time.Time
+	if v, ok := ds.Annotations[UninstallingAnnotation]; ok {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			since = &t
+		}
+	}
+	w.uninstallingSince.Store(since)
+}
+
+// Keeps says whether the meshlet that follows on the node keeps the node
+// taint taintKey and condition conditionType: the DaemonSet, as last seen,
+// is neither deleted nor being uninstalled, and its template sets both
+// alike. Before the DaemonSet is seen, and for a value the template takes
+// from a ConfigMap or Secret, it is taken to.
+func (w *DaemonSetWatch) Keeps(taintKey, conditionType string) bool {
+	if w.Removed() || w.Uninstalling() {
+		return false
+	}
+	t := w.Template()
+	if t == nil {
+		return true
+	}
+	taint, taintKnown := TemplateFlag(t, "node-taint")
+	condition, conditionKnown := TemplateFlag(t, "node-condition")
+	return (!taintKnown || taint == taintKey) && (!conditionKnown || condition == conditionType)
 }
 
 // Template is the DaemonSet's pod template as last seen: during an update,

@@ -15,9 +15,10 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// UninstallingAnnotation on meshlet's DaemonSet tells its meshlets that it
-// is about to be deleted (ReleaseNodes sets it): each takes its node's
-// taint and condition off at once, while its RBAC still lets it.
+// UninstallingAnnotation on meshlet's DaemonSet, set to the time (RFC
+// 3339), tells its meshlets that it is about to be deleted (ReleaseNodes
+// sets it): each takes its node's taint and condition off at once, while
+// its RBAC still lets it.
 const UninstallingAnnotation = "meshlet.dev/uninstalling"
 
 // ReleaseNodes takes meshlet's taint (taintKey) and condition
@@ -33,7 +34,9 @@ func ReleaseNodes(ctx context.Context, client kubernetes.Interface, ds ObjectRef
 	if taintKey == "" && conditionType == "" {
 		return errors.New("nothing to release: give --node-taint or --node-condition")
 	}
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, UninstallingAnnotation)
+	// The time: an uninstall that fails leaves the annotation behind, and
+	// the meshlets go on as before once it is old (DaemonSetWatch).
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, UninstallingAnnotation, time.Now().UTC().Format(time.RFC3339))
 	_, err := client.AppsV1().DaemonSets(ds.Namespace).Patch(ctx, ds.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "meshlet"})
 	switch {
 	case apierrors.IsNotFound(err):

@@ -10,11 +10,13 @@ import (
 
 // TemplateFlag is the value a pod template gives one of meshlet's flags in
 // any of its containers, as the daemon reads it: an argument (--flag=value
-// or --flag value) over its environment variable (MESHLET_<FLAG>); "" when
-// no container gives it. known is false when a container takes it from a
-// ConfigMap or a Secret (valueFrom), which the template does not say.
+// or --flag value; the last one) over its environment variable
+// (MESHLET_<FLAG>; the last one); "" when no container gives it. known is
+// false when the template does not say: the variable, or a container's
+// whole environment (envFrom), comes from a ConfigMap or a Secret.
 func TemplateFlag(t *corev1.PodTemplateSpec, flag string) (value string, known bool) {
 	for _, c := range t.Spec.Containers {
+		var fromArgs *string
 		args := append(append([]string(nil), c.Command...), c.Args...)
 		for i := 0; i < len(args); i++ {
 			a := strings.TrimPrefix(strings.TrimPrefix(args[i], "-"), "-")
@@ -23,15 +25,27 @@ func TemplateFlag(t *corev1.PodTemplateSpec, flag string) (value string, known b
 			}
 			switch {
 			case strings.HasPrefix(a, flag+"="):
-				return strings.TrimPrefix(a, flag+"="), true
+				v := strings.TrimPrefix(a, flag+"=")
+				fromArgs = &v
 			case a == flag && i+1 < len(args):
-				return args[i+1], true
+				fromArgs = &args[i+1]
+				i++
 			}
 		}
-		for _, e := range c.Env {
+		if fromArgs != nil {
+			return *fromArgs, true
+		}
+		var fromEnv *corev1.EnvVar
+		for i, e := range c.Env {
 			if e.Name == flagenv.EnvName(flag) {
-				return e.Value, e.ValueFrom == nil
+				fromEnv = &c.Env[i]
 			}
+		}
+		switch {
+		case fromEnv != nil:
+			return fromEnv.Value, fromEnv.ValueFrom == nil
+		case len(c.EnvFrom) > 0:
+			return "", false
 		}
 	}
 	return "", true

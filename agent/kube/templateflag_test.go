@@ -25,6 +25,9 @@ func TestTemplateFlag(t *testing.T) {
 		{"--flag=value over the environment", corev1.Container{Args: []string{"--node-taint=from-arg"}, Env: env}, "from-arg", true},
 		{"-flag value", corev1.Container{Command: []string{"meshlet", "-node-taint", "from-arg"}}, "from-arg", true},
 		{"empty: off", corev1.Container{Args: []string{"--node-taint="}, Env: env}, "", true},
+		{"the last argument", corev1.Container{Args: []string{"--node-taint=a", "--node-taint", "b"}}, "b", true},
+		{"the last variable", corev1.Container{Env: append(env, corev1.EnvVar{Name: "MESHLET_NODE_TAINT", Value: "last"})}, "last", true},
+		{"a whole environment from a ConfigMap: not known", corev1.Container{EnvFrom: []corev1.EnvFromSource{{}}}, "", false},
 		{"another flag's value", corev1.Container{Args: []string{"--node-taint-x=y", "node-taint"}}, "", true},
 	} {
 		got, known := kube.TemplateFlag(tmpl(tc.c), "node-taint")

@@ -1130,8 +1130,17 @@ func TestChartNodeReadiness(t *testing.T) {
 	hooks := renderHooks(t)
 	job := only[*batchv1.Job](t, hooks)
 	if got := job.Spec.Template.Spec.Containers[0].Command; !slices.Equal(got, []string{"/usr/local/bin/meshlet", "release-nodes",
-		"--node-taint=mesh.meshlet.dev/not-ready", "--node-condition=mesh.meshlet.dev/MeshReady", "meshlet-system/meshlet"}) {
+		"--node-taint=mesh.meshlet.dev/not-ready", "meshlet-system/meshlet"}) {
 		t.Errorf("the pre-delete job's command %q", got)
+	}
+	for mode, want := range map[string][]string{
+		"condition": {"--node-condition=mesh.meshlet.dev/MeshReady"},
+		"off":       {"--node-taint=mesh.meshlet.dev/not-ready", "--node-condition=mesh.meshlet.dev/MeshReady"},
+	} {
+		job := only[*batchv1.Job](t, renderHooks(t, "--set", "nodeReadiness.mode="+mode))
+		if got := job.Spec.Template.Spec.Containers[0].Command; !slices.Equal(got[2:len(got)-1], want) {
+			t.Errorf("mode %s: the pre-delete job's command %q, want flags %q", mode, got, want)
+		}
 	}
 	if job.Annotations["helm.sh/hook"] != "pre-delete" || len(hooks) != 6 {
 		t.Errorf("want a pre-delete job with its account and RBAC (6 hooks), got %v", kinds(hooks))
