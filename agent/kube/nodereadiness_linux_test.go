@@ -467,6 +467,11 @@ func TestReleaseNodes(t *testing.T) {
 	c := admin(t)
 	ctx := context.Background()
 	ns := namespace(t, c, nil)
+	// release-nodes looks at every node: a taint and a condition of this
+	// test's own, so that the other tests' nodes (one API server) are not
+	// held, nor released.
+	nodeTaint := fmt.Sprintf("release-%d.meshlet.test/not-ready", seq.Add(1))
+	typ := strings.Replace(nodeTaint, "not-ready", "MeshReady", 1)
 	dset, err := c.AppsV1().DaemonSets(ns).Create(ctx, &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "meshlet"}, Spec: appsv1.DaemonSetSpec{
 		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "meshlet"}},
 		Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "meshlet"}},
@@ -474,7 +479,6 @@ func TestReleaseNodes(t *testing.T) {
 				Env: []corev1.EnvVar{{Name: "MESHLET_NODE_TAINT", Value: nodeTaint}}}}}},
 	}}, metav1.CreateOptions{})
 	must(t, err)
-	const typ = "mesh.meshlet.dev/MeshReady"
 	other := corev1.Taint{Key: "example.com/gpu", Effect: corev1.TaintEffectNoSchedule}
 	// A node with the mesh taint, or meshlet's condition, or neither.
 	node := func(i int, meshTaint, meshCondition bool) string {
