@@ -24,6 +24,7 @@ import (
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
 	"github.com/meshlet/meshlet/internal/flagvalue"
+	"github.com/meshlet/meshlet/internal/logformat"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
@@ -97,6 +98,8 @@ type Config struct {
 	ConfigMaps []kube.ObjectRef
 	// LogVerbosity is klog's -v (a node setting too).
 	LogVerbosity int
+	// LogFormat is text (klog's) or json (Kubernetes components' JSON).
+	LogFormat string
 	// NodeTaint, if set, is the key of a NoSchedule taint meshlet keeps on
 	// its node while the node's mesh cannot take new pods, so that the
 	// scheduler places mesh pods elsewhere.
@@ -112,7 +115,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Mode: ModeAuto, NRI: nriplugin.DefaultConfig(), ZtunnelSocket: zds.DefaultSocketPath, SnapshotHold: zds.DefaultSnapshotHold,
 		Redirect: redirect.DefaultConfig(), StateDir: "/var/lib/meshlet", HealthAddr: "127.0.0.1:9880", MetricsAddr: ":9881", Policy: defaultPolicy(),
-		PodDefaults: enroll.Settings{DNSCapture: true}, DRA: draplugin.DefaultConfig(), CNI: cnifallback.DefaultConfig()}
+		PodDefaults: enroll.Settings{DNSCapture: true}, LogFormat: "text", DRA: draplugin.DefaultConfig(), CNI: cnifallback.DefaultConfig()}
 }
 
 // AddFlags registers every setting on fs.
@@ -136,6 +139,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.NodeTaint, "node-taint", c.NodeTaint, "key of a NoSchedule taint meshlet keeps on its node while the node's mesh cannot take new pods (runtime hook or ztunnel not connected, meshlet stopping) and removes once it can; mesh pods must not tolerate it (empty: off)")
 	fs.StringVar(&c.NodeCondition, "node-condition", c.NodeCondition, "type of a node condition meshlet keeps True while the node's mesh can take new pods and False while it cannot, for the Node Readiness Controller (empty: off)")
 	fs.Var(logVerbosity{&c.LogVerbosity}, "v", fmt.Sprintf("log verbosity, 0 to %d (a node setting: --config-map may change it)", nodesettings.MaxLogVerbosity))
+	fs.Var(flagvalue.NewEnum(&c.LogFormat, "log-format", logformat.Formats...), "log-format", "log format: text (klog's) or json (one object per line, as Kubernetes components write it with --logging-format=json)")
 	c.NRI.AddFlags(fs)
 	c.Redirect.AddFlags(fs)
 	c.Policy.AddFlags(fs)

@@ -36,6 +36,7 @@ import (
 // its components in shutdownOrder.
 func Run(ctx context.Context, cfg Config) error {
 	logger := klog.FromContext(ctx)
+	started := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -247,6 +248,8 @@ func Run(ctx context.Context, cfg Config) error {
 	} else {
 		m = metrics.New(reg, core, server, nil, nil)
 	}
+	failures := debug.NewFailures()
+	m.OnEnrolled = failures.Enrolled
 	source := &modeSource{cfg: cfg, onPick: func(mode Mode) { m.Mode(string(mode)) },
 		build: func(ctx context.Context, mode Mode) (podSource, error) {
 			if mode == ModeCNI {
@@ -268,8 +271,9 @@ func Run(ctx context.Context, cfg Config) error {
 			plugin := nriplugin.New(nriCfg, core, m)
 			return newNRISource(cfg, plugin, core, m), nil
 		}}
+	meshState := meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket)
 	if driver != nil {
-		driver.Lead(draplugin.Node{State: meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket), Records: core,
+		driver.Lead(draplugin.Node{State: meshState, Records: core,
 			Prepared: func(pods []string) {
 				// A claim for a pod that already runs (prepared again after
 				// a restart, or late) converges it.
@@ -287,7 +291,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if api != nil && cfg.PodName != "" {
 		daemonSet = kube.WatchDaemonSet(root, api.client, cfg.PodNamespace, cfg.PodName)
 	}
-	nodeReadiness := startNodeReadiness(lc, cfg, api, meshready.Of(source.Connected, server.Connections, cfg.ZtunnelSocket), daemonSet)
+	nodeReadiness := startNodeReadiness(lc, cfg, api, meshState, daemonSet)
 	if nodeReadiness != nil {
 		metrics.RegisterNodeReadiness(reg, nodeReadiness)
 	}
@@ -314,7 +318,12 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		lc.onStop("HTTP endpoints", func() { s.StopLogged(logger) })
 	}
-	debugServer, err := debug.Listen(cfg.StateDir, debug.Handler(cfg.NodeName, func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) }, source.current, core, server, liveSettings.Report))
+	debugServer, err := debug.Listen(cfg.StateDir, debug.Handler(debug.Sources{Node: cfg.NodeName,
+		Revision: func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) },
+		Mode:     source.current, Core: core, Ztunnel: server, Settings: liveSettings.Report, NetnsPaths: debug.NetnsPaths(debug.NetnsDirs), Failures: failures,
+		Summary: func() debug.Summary {
+			return summarize(cfg, started, ready, meshState, source, server, api, driver, claims, nodeReadiness)
+		}}))
 	if err != nil {
 		return err
 	}

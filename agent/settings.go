@@ -15,6 +15,7 @@ import (
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/draplugin"
+	"github.com/meshlet/meshlet/internal/logformat"
 )
 
 // flagValues are the node settings meshlet's flags give.
@@ -60,10 +61,7 @@ func (l logVerbosity) Set(v string) error {
 
 // setLogVerbosity sets klog's verbosity for the whole process (klog's
 // Level.Set sets the global level, whatever its receiver).
-func setLogVerbosity(n int) error {
-	var l klog.Level
-	return l.Set(strconv.Itoa(n))
-}
+func setLogVerbosity(n int) error { return logformat.SetVerbosity(n) }
 
 // policyConfig is base with the node settings' share of the policy.
 func policyConfig(base policy.Config, v nodesettings.Values) (policy.Config, error) {

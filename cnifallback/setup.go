@@ -2,7 +2,9 @@ package cnifallback
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,6 +102,15 @@ func Install(ctx context.Context, c Config, exclude []string) error {
 func Uninstall(ctx context.Context, c Config, exclude []string) error {
 	if err := c.Validate(); err != nil {
 		return err
+	}
+	// A mistyped directory would otherwise report meshlet-cni removed
+	// from a chain it never saw.
+	if fi, err := os.Stat(c.ConfDir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("--cni-conf-dir=%q does not exist: nothing to remove", c.ConfDir)
+	} else if err != nil {
+		return fmt.Errorf("--cni-conf-dir=%q: %w", c.ConfDir, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("--cni-conf-dir=%q: not a directory", c.ConfDir)
 	}
 	icfg, err := c.InstallerConfig(exclude, false)
 	if err != nil {

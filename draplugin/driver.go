@@ -246,6 +246,15 @@ func (d *Driver) Serving() error {
 // device untainted.
 func (d *Driver) DeviceReady() bool { return d.leads() && d.nodeState().Ready }
 
+// Taint is the device's taint as "key=value:NoSchedule" (what kubectl
+// shows), "" while the device is untainted.
+func (d *Driver) Taint() string {
+	if d.DeviceReady() {
+		return ""
+	}
+	return TaintKey(d.cfg.DriverName) + "=" + d.nodeState().Reason + ":" + string(resourceapi.DeviceTaintEffectNoSchedule)
+}
+
 // leads reports whether Lead was called.
 func (d *Driver) leads() bool {
 	select {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -50,10 +51,20 @@ func TestDebugPodsAndStatus(t *testing.T) {
 		DataplaneModeLabel: "istio.io/dataplane-mode", LogVerbosity: 2, EnrollTimeout: nodesettings.Duration(1500 * time.Millisecond)},
 		Sources: []live.SourceReport{{ConfigMap: "meshlet-system/meshlet-settings", State: "invalid", ResourceVersion: "12",
 			Error: "settings.yaml: dnsCapture: invalid", Gives: []string{"dnsCapture", "excludedNamespaces"}}}}
-	h := Handler("node-a", func() (string, []string) { return "", nil }, func() string { return "nri" }, fakePods{}, fakeZtunnel{}, func() live.Report { return settings })
+	started := time.Now().Add(-3 * time.Hour)
+	h := Handler(Sources{Node: "node-a", Revision: func() (string, []string) { return "", nil }, Mode: func() string { return "nri" },
+		Core: fakePods{}, Ztunnel: fakeZtunnel{}, Settings: func() live.Report { return settings },
+		NetnsPaths: func(inodes []uint64) map[uint64]string { return map[uint64]string{4026532000: "/run/netns/cni-web"} },
+		Summary: func() Summary {
+			return Summary{Version: "v1.2.3", Started: started, Ready: true, Detail: "serving", Mesh: Mesh{Ready: true},
+				RuntimeHook: RuntimeHook{Mode: "nri", Connected: true}, Ztunnel: Ztunnel{Socket: "/run/zt.sock", Connections: 1, RefusedPods: 1},
+				API: API{Enabled: true, Synced: true}, DRA: &DRA{Driver: "mesh.meshlet.dev", DeviceReady: true, PreparedClaims: 2},
+				NodeReadiness: &NodeReadiness{Taint: "mesh.meshlet.dev/not-ready", Published: true, Ready: true}}
+		}})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
 	var v debugPods
+	v.Pods = nil
 	if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +87,13 @@ func TestDebugPodsAndStatus(t *testing.T) {
 		t.Fatalf("debug socket: %v, mode %v; want 0600", err, fi.Mode())
 	}
 	var out bytes.Buffer
-	if err := Status(context.Background(), stateDir, &out); err != nil {
+	if err := Status(context.Background(), StatusOptions{StateDir: stateDir, All: true}, &out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"node node-a, mode nri, 1 ztunnel connection(s), 3 pod(s)", "NAMESPACE", "SANDBOX", "shop", "web", "enrolled", "1m", "9e8d7c6b5a4f3 ", "4026532000", "acked", "not-selected",
+	for _, want := range []string{"meshlet:", "READY", "serving", "Node:", "node-a", "v1.2.3, started 3h ago", "NRI, connected", "1 connection(s) on /run/zt.sock, 1 pod(s) refused",
+		"API server:", "synced", "Mesh device:", "ready (driver mesh.meshlet.dev, 2 prepared claim(s))", "Node taint:", "mesh.meshlet.dev/not-ready off (ready)",
+		"configmap meshlet-system/meshlet-settings invalid", "2 enrolled, 1 skipped",
+		"NAMESPACE", "SANDBOX", "shop", "web", "enrolled", "1m", "9e8d7c6b5a4f3 ", "/run/netns/cni-web", "net:[4026532001]", "acked", "not-selected",
 		"refused: failed to create inpod proxy", "3 failed, next in 3m: redirect: nftables",
 		"settings: dnsCapture=false ipv6=true excludedNamespaces=kube-system,batch", "enrollTimeout=1.5s logVerbosity=2",
 		"configmap meshlet-system/meshlet-settings: invalid (resourceVersion 12), gives dnsCapture,excludedNamespaces", "settings.yaml: dnsCapture: invalid"} {
@@ -90,7 +104,8 @@ func TestDebugPodsAndStatus(t *testing.T) {
 
 	// No meshlet running: the error says where it looked.
 	stateDir = t.TempDir()
-	if err := Status(context.Background(), stateDir, &out); err == nil || !strings.Contains(err.Error(), stateDir) {
-		t.Fatalf("status without a meshlet = %v, want an error naming %s", err, stateDir)
+	out.Reset()
+	if err := Status(context.Background(), StatusOptions{StateDir: stateDir}, &out); !errors.Is(err, ErrNotHealthy) || !strings.Contains(out.String(), "NOT READY") || !strings.Contains(out.String(), stateDir) {
+		t.Fatalf("status without a meshlet = %v:\n%s\nwant ErrNotHealthy and NOT READY naming %s", err, out.String(), stateDir)
 	}
 }

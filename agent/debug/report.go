@@ -50,6 +50,10 @@ type Summary struct {
 	// Ready and Detail are the serving meshlet's /readyz.
 	Ready  bool   `json:"ready"`
 	Detail string `json:"detail"`
+	// Mesh is whether the node's mesh can take new pods (the runtime
+	// hook is in place and a ztunnel is connected): what the node's
+	// taints say.
+	Mesh Mesh `json:"mesh"`
 	// RuntimeHook is how pods reach meshlet and whether they do now.
 	RuntimeHook RuntimeHook `json:"runtimeHook"`
 	Ztunnel     Ztunnel     `json:"ztunnel"`
@@ -58,11 +62,23 @@ type Summary struct {
 	DRA *DRA `json:"dra,omitempty"`
 	// NodeReadiness is the node's taint or condition (nil: off).
 	NodeReadiness *NodeReadiness `json:"nodeReadiness,omitempty"`
+	// RecentFailures are pods whose last enrollment in a runtime hook
+	// failed, within FailureWindow: the runtime removed their sandboxes,
+	// and the kubelet tries again.
+	RecentFailures []Failure `json:"recentFailures,omitempty"`
 	// PodCounts counts the node's pods by state (enrolled, failed,
 	// pending, skipped, ...).
 	PodCounts map[string]int `json:"podCounts"`
 	// Started is when this meshlet started.
 	Started time.Time `json:"started"`
+}
+
+// Mesh is whether the node's mesh can take new pods; Reason (a taint's
+// value) and Message say why not.
+type Mesh struct {
+	Ready   bool   `json:"ready"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // RuntimeHook is the pod source: Mode nri (the runtime's NRI hooks) or cni

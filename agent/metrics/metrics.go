@@ -36,6 +36,9 @@ func Handler(reg *prometheus.Registry) http.Handler {
 
 // Metrics are the daemon's enrollment metrics.
 type Metrics struct {
+	// OnEnrolled, if set, is told of each enrollment in a runtime hook
+	// (meshlet status's recent failures).
+	OnEnrolled         func(pod enroll.PodRef, err error)
 	events             *kube.Events // nil in standalone mode
 	enrollDuration     prometheus.Histogram
 	enrollFailures     *prometheus.CounterVec
@@ -155,6 +158,9 @@ func oneIf(b bool) float64 {
 
 // Enrolled records one enrollment inside a runtime hook.
 func (m *Metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
+	if m.OnEnrolled != nil {
+		m.OnEnrolled(pod, err)
+	}
 	if err != nil {
 		if m.events != nil {
 			m.events.EnrollFailed(pod, err)

@@ -12,25 +12,25 @@ import (
 
 func TestHelpShowsEachFlagsVariable(t *testing.T) {
 	var out bytes.Buffer
-	if code := run([]string{"-h"}, nil, &out); code != 0 {
+	if code := run([]string{"-h"}, nil, &out, &out); code != 0 {
 		t.Fatalf("-h: exit %d", code)
 	}
 	usage := out.String()
 	for _, flagAndVar := range [][2]string{
-		{"-ztunnel-socket", "(env MESHLET_ZTUNNEL_SOCKET)"},
-		{"-state-dir", "(env MESHLET_STATE_DIR)"},
+		{"--ztunnel-socket", "(env MESHLET_ZTUNNEL_SOCKET)"},
+		{"--state-dir", "(env MESHLET_STATE_DIR)"},
 		{"-v", "(env MESHLET_V)"},
 	} {
-		i := strings.Index(usage, "  "+flagAndVar[0]+" ")
+		i := strings.Index(usage, "\n  "+flagAndVar[0]+" ")
 		if i < 0 {
 			t.Fatalf("-h does not list %s:\n%s", flagAndVar[0], usage)
 		}
-		next := strings.Index(usage[i+1:], "\n  -") // the following flag
-		if next < 0 {
-			next = len(usage) - i - 1
+		entry := usage[i+1:]
+		if next := strings.Index(entry, "\n  -"); next >= 0 { // the following flag
+			entry = entry[:next]
 		}
-		if !strings.Contains(usage[i:i+1+next], flagAndVar[1]) {
-			t.Errorf("-h: %s does not say %s:\n%s", flagAndVar[0], flagAndVar[1], usage[i:i+1+next])
+		if !strings.Contains(entry, flagAndVar[1]) {
+			t.Errorf("-h: %s does not say %s:\n%s", flagAndVar[0], flagAndVar[1], entry)
 		}
 	}
 	if !strings.Contains(usage, "the command line wins") {
@@ -57,10 +57,10 @@ func TestBadSettingsExitWithStatus2NamingThem(t *testing.T) {
 		{"health socket path too long", []string{"--standalone", "--health-socket=/run/" + strings.Repeat("h", 120)}, nil, "--health-socket"},
 		{"probe without an endpoint", []string{"probe"}, nil, "meshlet probe: want one argument, readyz|healthz"},
 		{"probe with two endpoints", []string{"probe", "readyz", "healthz"}, nil, "want one argument"},
-		{"argument to a command without one", []string{"status", "pods"}, nil, "unexpected arguments"},
+		{"argument to a command without one", []string{"status", "pods"}, nil, `want no arguments, got ["pods"]`},
 	} {
 		var out bytes.Buffer
-		if code := run(c.args, c.environ, &out); code != 2 || !strings.Contains(out.String(), c.want) {
+		if code := run(c.args, c.environ, &out, &out); code != 2 || !strings.Contains(out.String(), c.want) {
 			t.Errorf("%s: exit %d, output %q; want exit 2 and a message naming %s", c.name, code, out.String(), c.want)
 		}
 	}
@@ -72,11 +72,11 @@ func TestBadSettingsExitWithStatus2NamingThem(t *testing.T) {
 func TestProbeExitStatus(t *testing.T) {
 	var out bytes.Buffer
 	sock := filepath.Join(t.TempDir(), "health.sock")
-	if code := run([]string{"probe", "readyz"}, []string{"MESHLET_HEALTH_SOCKET=" + sock}, &out); code != 1 || !strings.Contains(out.String(), "ask meshlet at "+sock) {
+	if code := run([]string{"probe", "readyz"}, []string{"MESHLET_HEALTH_SOCKET=" + sock}, &out, &out); code != 1 || !strings.Contains(out.String(), "ask meshlet at "+sock) {
 		t.Errorf("probe with no meshlet: exit %d, output %q; want exit 1 naming the socket", code, out.String())
 	}
 	out.Reset()
-	if code := run([]string{"probe", "livez"}, []string{"MESHLET_HEALTH_SOCKET=" + sock}, &out); code != 1 || !strings.Contains(out.String(), "want one of readyz, healthz") {
-		t.Errorf("probe livez: exit %d, output %q; want exit 1 naming the endpoints", code, out.String())
+	if code := run([]string{"probe", "livez"}, []string{"MESHLET_HEALTH_SOCKET=" + sock}, &out, &out); code != 2 || !strings.Contains(out.String(), "want one of readyz, healthz") {
+		t.Errorf("probe livez: exit %d, output %q; want exit 2 naming the endpoints", code, out.String())
 	}
 }

@@ -82,17 +82,30 @@ func WarnUnknownEnv(logger klog.Logger, fs *flag.FlagSet, environ []string) {
 	}
 }
 
-// closest returns the candidate nearest to name in edit distance, or ""
-// when even that one differs too much to be a typo of it.
+// closest returns the variable nearest to name, or "" when even that
+// one differs too much to be a typo of it.
 func closest(name string, candidates []string) string {
+	names := make([]string, len(candidates))
+	for i, c := range candidates {
+		names[i] = strings.TrimPrefix(c, EnvPrefix)
+	}
+	if c := Closest(strings.TrimPrefix(name, EnvPrefix), names); c != "" {
+		return EnvPrefix + c
+	}
+	return ""
+}
+
+// Closest returns the candidate nearest to name in edit distance, or ""
+// when even that one differs too much to be a slip: a few edits, and
+// fewer than a third of its length.
+func Closest(name string, candidates []string) string {
 	best, bestDist := "", 0
 	for _, c := range candidates {
 		if d := editDistance(name, c); best == "" || d < bestDist {
 			best, bestDist = c, d
 		}
 	}
-	// A few slips, and fewer than a third of the part after the prefix.
-	if best == "" || bestDist > 3 || bestDist*3 > len(best)-len(EnvPrefix) {
+	if best == "" || bestDist > 3 || bestDist*3 > len(best) {
 		return ""
 	}
 	return best

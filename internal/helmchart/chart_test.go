@@ -367,6 +367,7 @@ var configSamples = map[string]struct {
 }{
 	"v":                       {4, "4"},
 	"vmodule":                 {"enroll=5", "enroll=5"},
+	"log-format":              {"json", "json"},
 	"mode":                    {"cni", "cni"},
 	"nri-plugin-index":        {"20", "20"},
 	"enroll-timeout":          {"1200ms", "1.2s"},

@@ -1,0 +1,216 @@
+package debug
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/meshlet/meshlet/agent/nodesettings/live"
+	"github.com/meshlet/meshlet/internal/httpserve"
+)
+
+// ErrNotHealthy is meshlet status's result when the node is not OK: not
+// ready, no meshlet serving it, or a mesh pod failed. The report, printed,
+// says why.
+var ErrNotHealthy = errors.New("the node's mesh is not healthy")
+
+// Outputs are meshlet status's -o values.
+var Outputs = []string{"table", "json", "yaml"}
+
+// StatusOptions select what meshlet status asks and prints.
+type StatusOptions struct {
+	// StateDir holds the serving meshlet's debug socket (--state-dir).
+	StateDir string
+	// HealthSocket is this meshlet's /readyz (--health-socket; a pod's
+	// own in the DaemonSet); "": the serving meshlet's answer is used.
+	HealthSocket string
+	// Output is one of Outputs ("": table).
+	Output string
+	// Brief prints one line: the status and why.
+	Brief bool
+	// All shows skipped pods too; Namespace and States keep only the
+	// pods in that namespace and those states.
+	All       bool
+	Namespace string
+	States    []string
+}
+
+// PodStates are the states a pod can be in, as meshlet status names them.
+var PodStates = []string{"failed", "enrolled", "pending", "releasing", "released", "skipped", "unknown"}
+
+// Status asks the node's meshlet how the node stands and prints it (meshlet
+// status). It returns ErrNotHealthy, after printing, when the node is
+// not OK.
+func Status(ctx context.Context, opts StatusOptions, w io.Writer) error {
+	if !slices.Contains(append(Outputs, ""), opts.Output) {
+		return fmt.Errorf("-o %q: want one of %s", opts.Output, strings.Join(Outputs, ", "))
+	}
+	for _, s := range opts.States {
+		if !slices.Contains(PodStates, s) {
+			return fmt.Errorf("--state %q: want one of %s", s, strings.Join(PodStates, ", "))
+		}
+	}
+	r := Ask(ctx, opts)
+	var err error
+	switch {
+	case opts.Output == "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(r)
+	case opts.Output == "yaml":
+		var b []byte
+		if b, err = yaml.Marshal(r); err == nil {
+			_, err = w.Write(b)
+		}
+	case opts.Brief:
+		err = printBrief(w, r)
+	default:
+		err = printReport(w, r, time.Now())
+	}
+	if err != nil {
+		return err
+	}
+	if !r.Healthy {
+		return ErrNotHealthy
+	}
+	return nil
+}
+
+// Ask builds the report: this meshlet's /readyz (opts.HealthSocket), and
+// the serving meshlet's summary, pods and settings from its debug socket.
+func Ask(ctx context.Context, opts StatusOptions) Report {
+	socket := filepath.Join(opts.StateDir, SocketName)
+	r := Report{Pods: []Pod{}}
+	var summary Summary
+	if err := getDebug(ctx, socket, "/debug/status", &summary); err != nil {
+		r.Problems = append(r.Problems, "no meshlet serves this node: "+err.Error())
+	} else {
+		r.Summary = &summary
+	}
+	// This meshlet's own readiness: its health socket (a standby has its
+	// own), else the serving meshlet's.
+	switch {
+	case opts.HealthSocket != "":
+		r.Status, r.Detail = readyz(ctx, opts.HealthSocket)
+	case r.Summary == nil:
+		r.Status, r.Detail = StatusNotReady, r.Problems[0]
+	case r.Summary.Ready:
+		r.Status, r.Detail = StatusReady, r.Summary.Detail
+	default:
+		r.Status, r.Detail = StatusNotReady, r.Summary.Detail
+	}
+	switch s := r.Summary; {
+	case s == nil:
+	case r.Status == StatusNotReady:
+		r.Problems = append(r.Problems, "not ready: "+r.Detail)
+	case r.Status == StatusReady && !s.Mesh.Ready:
+		// meshlet serves, but the node's mesh takes no new pods (no
+		// ztunnel): what the node's taints say.
+		r.Status, r.Detail = StatusNotReady, s.Mesh.Message
+		r.Problems = append(r.Problems, "not ready: "+r.Detail)
+	case r.Status == StatusStandby && !s.Ready:
+		r.Problems = append(r.Problems, "the meshlet serving the node is not ready: "+s.Detail)
+	case r.Status == StatusStandby && !s.Mesh.Ready:
+		r.Problems = append(r.Problems, "the node's mesh takes no new pods: "+s.Mesh.Message)
+	}
+	if s := r.Summary; s != nil && len(s.RecentFailures) > 0 {
+		var names []string
+		for _, f := range s.RecentFailures {
+			names = append(names, fmt.Sprintf("%s/%s (%d attempt(s), last %s ago): %s", f.Namespace, f.Name, f.Attempts, age(time.Since(f.At)), f.Reason))
+		}
+		r.Problems = append(r.Problems, fmt.Sprintf("%d mesh pod(s) could not start in the last %v: %s", len(names), FailureWindow, strings.Join(names, "; ")))
+	}
+	if r.Summary != nil {
+		var pods debugPods
+		if err := getDebug(ctx, socket, "/debug/pods", &pods); err != nil {
+			r.Problems = append(r.Problems, err.Error())
+		} else {
+			r.Pods = selectPods(pods.Pods, opts)
+			if failed := failedPods(pods.Pods); len(failed) > 0 {
+				r.Problems = append(r.Problems, fmt.Sprintf("%d mesh pod(s) failed: %s", len(failed), strings.Join(failed, "; ")))
+			}
+		}
+		var settings live.Report
+		if err := getDebug(ctx, socket, "/debug/settings", &settings); err != nil {
+			r.Problems = append(r.Problems, err.Error())
+		} else {
+			r.Settings = &settings
+		}
+	}
+	r.Healthy = len(r.Problems) == 0
+	return r
+}
+
+// readyz is this meshlet's /readyz as a status and its detail.
+func readyz(ctx context.Context, socket string) (status, detail string) {
+	answer, err := httpserve.Get(ctx, socket, "/readyz", 3*time.Second, 4096)
+	switch {
+	case err != nil:
+		return StatusNotReady, fmt.Sprintf("this meshlet's health socket %s does not answer: %v", socket, err)
+	case !answer.OK:
+		return StatusNotReady, strings.TrimSpace(string(answer.Body))
+	}
+	detail = strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "ok: ")
+	if strings.HasPrefix(detail, "standby") {
+		return StatusStandby, detail
+	}
+	return StatusReady, detail
+}
+
+// failedPods names the failed pods and why.
+func failedPods(pods []Pod) []string {
+	var out []string
+	for _, p := range pods {
+		if p.State == "failed" {
+			out = append(out, fmt.Sprintf("%s/%s: %s", p.Namespace, p.Name, p.Reason))
+		}
+	}
+	return out
+}
+
+// stateOrder sorts pods: failed first, then enrolled, then the others.
+func stateOrder(state string) int {
+	if i := slices.Index(PodStates, state); i >= 0 {
+		return i
+	}
+	return len(PodStates)
+}
+
+// selectPods keeps the pods opts asks for, failed first, then enrolled.
+func selectPods(pods []Pod, opts StatusOptions) []Pod {
+	out := []Pod{}
+	for _, p := range pods {
+		switch {
+		case opts.Namespace != "" && p.Namespace != opts.Namespace:
+		case len(opts.States) > 0 && !slices.Contains(opts.States, p.State):
+		case len(opts.States) == 0 && !opts.All && p.State == "skipped":
+		default:
+			out = append(out, p)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Pod) int { return stateOrder(a.State) - stateOrder(b.State) })
+	return out
+}
+
+// getDebug reads one of the debug socket's JSON answers into v.
+func getDebug(ctx context.Context, socket, endpoint string, v any) error {
+	answer, err := httpserve.Get(ctx, socket, endpoint, 5*time.Second, 64<<20)
+	if err != nil {
+		return fmt.Errorf("ask the running meshlet at %s (is it running, with this --state-dir?): %w", socket, err)
+	}
+	if !answer.OK {
+		return fmt.Errorf("%s %s: %s", socket, endpoint, answer.Status)
+	}
+	if err := json.Unmarshal(answer.Body, v); err != nil {
+		return fmt.Errorf("decode %s: %w", endpoint, err)
+	}
+	return nil
+}
