@@ -39,8 +39,9 @@ func render(t *testing.T, args ...string) []helmchart.Object {
 // TestChartDryRun: what the chart renders with each platform, for an older
 // cluster, hardened, and with the optional objects and other values, passes the API server's validation
 // (server-side dry run, strict field validation) in the release's
-// namespace. The ServiceMonitor is left out: this API server has no
-// Prometheus Operator CRDs (internal/helmchart's tests decode its fields).
+// namespace. The ServiceMonitor and the PrometheusRule are left out: this
+// API server has no Prometheus Operator CRDs (internal/helmchart.Decode
+// decodes their fields strictly).
 func TestChartDryRun(t *testing.T) {
 	cfg := shared.Get(t).Config()
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
@@ -67,6 +68,7 @@ func TestChartDryRun(t *testing.T) {
 
 	cases := [][]string{
 		{"--set", "nriCheck.enabled=true"},
+		{"--set", "metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,dashboards.enabled=true"},
 		{"--kube-version", helmchart.OlderCluster},
 		{"--set", "platform=k3s,dra.enabled=false,paths.criSocket=/var/run/crio/crio.sock"},
 		{"--set", "namespace.create=true,resourceQuota.enabled=true,serviceAccount.annotations.example\\.com/role=mesh",
@@ -82,7 +84,7 @@ func TestChartDryRun(t *testing.T) {
 	for _, args := range cases {
 		objs := render(t, args...)
 		for _, o := range objs {
-			if o.Monitor != nil {
+			if o.Monitor != nil || o.Rule != nil {
 				continue
 			}
 			var u unstructured.Unstructured

@@ -345,3 +345,6 @@ func (d *Driver) HandleError(ctx context.Context, err error, msg string) {
 		d.fail(fmt.Errorf("%s: %w", msg, err))
 	}
 }
+
+// Refusals is Refused's count.
+func (d *Driver) Refusals() uint64 { return d.Refused.Load() }

@@ -7,6 +7,7 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,14 +17,22 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/kube"
 	"github.com/meshlet/meshlet/cnifallback"
+	"github.com/meshlet/meshlet/internal/version"
 	"github.com/meshlet/meshlet/nriplugin"
 )
 
 // NewRegistry is a registry with the Go runtime's and the process's
-// collectors.
+// collectors, and meshlet_build_info.
 func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "meshlet_build_info",
+		Help:        "Always 1; its labels name the running build: version (meshlet's) and goversion (the Go release it was built with).",
+		ConstLabels: prometheus.Labels{"version": version.String(), "goversion": runtime.Version()},
+	})
+	buildInfo.Set(1)
+	reg.MustRegister(buildInfo)
 	return reg
 }
 
@@ -40,7 +49,7 @@ type Metrics struct {
 	// (meshlet status's recent failures).
 	OnEnrolled         func(pod enroll.PodRef, err error)
 	events             *kube.Events // nil in standalone mode
-	enrollDuration     prometheus.Histogram
+	enrollDuration     *prometheus.HistogramVec
 	enrollFailures     *prometheus.CounterVec
 	lateEnrollments    prometheus.Counter
 	missedRemovals     prometheus.Counter
@@ -73,12 +82,12 @@ type Ztunnel interface {
 func New(reg prometheus.Registerer, core Core, zt Ztunnel, watcher *kube.Watcher, events *kube.Events) *Metrics {
 	m := &Metrics{
 		events: events,
-		enrollDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+		enrollDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "meshlet_enroll_duration_seconds",
-			Help: "Time to enroll a pod inside a runtime hook (NRI RunPodSandbox or a meshlet-cni ADD): in-pod rules, ztunnel Add and Ack.",
+			Help: "Time to enroll a pod inside a runtime hook (NRI RunPodSandbox or a meshlet-cni ADD): in-pod rules, ztunnel Add and Ack; by result, enrolled or failed (a failure's step is in meshlet_enroll_failures_total).",
 			// 250µs … 2s: the hook's budget is 1.5s.
 			Buckets: prometheus.ExponentialBuckets(0.00025, 2, 14),
-		}),
+		}, []string{"result"}),
 		enrollFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meshlet_enroll_failures_total",
 			Help: "Enrollments that failed inside a runtime hook, by failed step (resolve, netns, redirect, ztunnel).",
@@ -133,8 +142,17 @@ func New(reg prometheus.Registerer, core Core, zt Ztunnel, watcher *kube.Watcher
 	for _, step := range []enroll.Step{enroll.StepResolve, enroll.StepNetns, enroll.StepRedirect, enroll.StepProxy} {
 		m.enrollFailures.WithLabelValues(string(step))
 	}
+	for _, r := range []string{resultEnrolled, resultFailed} {
+		m.enrollDuration.WithLabelValues(r)
+	}
 	return m
 }
+
+// The result label of meshlet_enroll_duration_seconds.
+const (
+	resultEnrolled = "enrolled"
+	resultFailed   = "failed"
+)
 
 func counter(name, help string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
@@ -170,9 +188,12 @@ func (m *Metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
 			step = "other"
 		}
 		m.enrollFailures.WithLabelValues(step).Inc()
+		// Timed too: a failure that took the hook's whole budget is what
+		// the latency has to show.
+		m.enrollDuration.WithLabelValues(resultFailed).Observe(d.Seconds())
 		return
 	}
-	m.enrollDuration.Observe(d.Seconds())
+	m.enrollDuration.WithLabelValues(resultEnrolled).Observe(d.Seconds())
 }
 
 // Retried counts a failed convergence of a running pod (the core tries it

@@ -3,13 +3,11 @@ package metrics
 import (
 	"time"
 
-	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshlet/meshlet/agent/kube"
-	"github.com/meshlet/meshlet/draplugin"
-	"github.com/meshlet/meshlet/draplugin/claimstore"
+	"github.com/meshlet/meshlet/agent/meshready"
+	gateserver "github.com/meshlet/meshlet/draplugin/gate/server"
 )
 
 // DRAPrepareObserver registers the histogram of the DRA plugin's Prepare
@@ -38,21 +36,40 @@ func GateObserver(reg prometheus.Registerer) func(gateserver.Decision) {
 	return func(d gateserver.Decision) { decisions.WithLabelValues(string(d)).Inc() }
 }
 
+// DRADriver is what the metrics read of the DRA kubelet plugin
+// (*draplugin.Driver).
+type DRADriver interface {
+	DeviceReady() bool
+	Refusals() uint64
+}
+
+// Claims is what the metrics read of the prepared claims
+// (*claimstore.Store).
+type Claims interface {
+	Len() int
+}
+
 // RegisterDRA adds the DRA kubelet plugin's claim and device metrics.
-func RegisterDRA(reg prometheus.Registerer, driver *draplugin.Driver, claims *claimstore.Store) {
+func RegisterDRA(reg prometheus.Registerer, driver DRADriver, claims Claims) {
 	reg.MustRegister(
 		gaugeFunc("meshlet_dra_prepared_claims", "Mesh ResourceClaims prepared on this node (in the prepared-claims file).",
 			func() float64 { return float64(claims.Len()) }),
 		counterFunc("meshlet_dra_prepare_refusals_total", "Claims refused by Prepare (invalid MeshConfig, a pod that cannot be meshed), counting the kubelet's retries.",
-			func() float64 { return float64(driver.Refused.Load()) }),
+			func() float64 { return float64(driver.Refusals()) }),
 		gaugeFunc("meshlet_mesh_device_ready", "1 while this meshlet publishes the node's mesh device untainted (the node can enroll pods).",
 			func() float64 { return oneIf(driver.DeviceReady()) }),
 	)
 }
 
+// NodeReadiness is what the metrics read of the node taint's (or
+// condition's) publisher (*kube.NodeReadiness).
+type NodeReadiness interface {
+	Published() (meshready.State, bool, error)
+}
+
 // RegisterNodeReadiness registers the node taint's (or condition's)
 // metrics.
-func RegisterNodeReadiness(reg prometheus.Registerer, nr *kube.NodeReadiness) {
+func RegisterNodeReadiness(reg prometheus.Registerer, nr NodeReadiness) {
 	reg.MustRegister(
 		gaugeFunc("meshlet_node_mesh_ready", "1 while the node's taint (or condition) as this meshlet last wrote it says the node's mesh takes new pods.",
 			func() float64 { st, ok, _ := nr.Published(); return oneIf(ok && st.Ready) }),

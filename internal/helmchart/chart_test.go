@@ -204,7 +204,7 @@ func diff(t *testing.T, path string, want []byte) string {
 func TestHelmLint(t *testing.T) {
 	h := helm(t)
 	for _, p := range helmchart.Platforms {
-		for _, extra := range [][]string{nil, {"--set", "dra.enabled=false,metrics.serviceMonitor.enabled=true,namespace.create=true,resourceQuota.enabled=true"}} {
+		for _, extra := range [][]string{nil, {"--set", "dra.enabled=false,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,dashboards.enabled=true,namespace.create=true,resourceQuota.enabled=true"}} {
 			args := append([]string{"--set", "platform=" + p}, extra...)
 			if out, err := h.Lint(context.Background(), args...); err != nil {
 				t.Errorf("helm lint %v: %v\n%s", args, err, out)
@@ -223,7 +223,15 @@ resourceQuota: {enabled: true}
 serviceAccount: {annotations: {iam.example.com/role: meshlet}}
 dra: {enabled: true, driverName: mesh.example.com}
 metrics:
-  serviceMonitor: {enabled: true, interval: 30s, scrapeTimeout: 10s, labels: {release: prom}}
+  serviceMonitor:
+    enabled: true
+    interval: 30s
+    scrapeTimeout: 10s
+    labels: {release: prom}
+    relabelings: [{sourceLabels: [__meta_kubernetes_pod_host_ip], targetLabel: host_ip}]
+    metricRelabelings: [{sourceLabels: [__name__], regex: go_gc_.*, action: drop}, {action: hashmod, sourceLabels: [pod], modulus: 4, targetLabel: shard, separator: ";", replacement: $1}]
+  prometheusRule: {enabled: true, labels: {release: prom}, runbookBaseURL: "https://docs.example.com/meshlet/operations.md"}
+dashboards: {enabled: true, labels: {grafana_dashboard: "1"}, annotations: {grafana_folder: Mesh}}
 podAnnotations: {example.com/a: "1"}
 podLabels: {example.com/team: mesh}
 extraArgs: [-vmodule=enroll=4]
@@ -253,8 +261,8 @@ config: {kubeconfig: /etc/meshlet/kubeconfig}
 			t.Errorf("platform %q: kinds %v, want %v", p, got, want)
 		}
 		objs = renderValues(t, everything, "--set", "platform="+p)
-		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "DeviceClass",
-			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "Namespace", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor",
+		want = []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "DaemonSet", "DeviceClass",
+			"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "Namespace", "PrometheusRule", "ResourceQuota", "Service", "ServiceAccount", "ServiceMonitor",
 			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicy",
 			"ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"}
 		if got := kinds(objs); !slices.Equal(got, want) {
@@ -315,6 +323,11 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "extraEnv[0].name=MESHLET_HEALTH_SOCKET,extraEnv[0].value=/x.sock"}, []string{"extraEnv[0]", "MESHLET_HEALTH_SOCKET", "--health-socket"}},
 		{[]string{"--set", "extraEnv[0].name=MESHLET_STATE_DIR,extraEnv[0].value=/x"}, []string{"extraEnv[0]", "paths.stateDir"}},
 		{[]string{"--set", "metrics.serviceMonitor.enable=true"}, []string{"/metrics/serviceMonitor", "enable"}},
+		{[]string{"--set", "metrics.serviceMonitor.relabelings[0].target_label=node"}, []string{"/metrics/serviceMonitor/relabelings/0", "target_label"}},
+		{[]string{"--set", "metrics.serviceMonitor.metricRelabelings[0].action=remove"}, []string{"/metrics/serviceMonitor/metricRelabelings/0/action"}},
+		{[]string{"--set", "metrics.prometheusRule.runbookBaseURL=https://example.com/ops.md#alerts"}, []string{"/metrics/prometheusRule/runbookBaseURL"}},
+		{[]string{"--set", "metrics.prometheusRule.severity=page"}, []string{"/metrics/prometheusRule", "severity"}},
+		{[]string{"--set", "dashboards.enable=true"}, []string{"/dashboards", "enable"}},
 		{[]string{"--set", "replicas=2"}, []string{"replicas"}},
 		// Flags the chart derives from other values: the error names the value.
 		{[]string{"--set", "config.cri-socket=/run/crio/crio.sock"}, []string{"config.cri-socket", "paths.criSocket"}},
@@ -328,6 +341,7 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "updateStrategy.rollingUpdate.maxUnavailable=1"}, []string{"maxSurge=1 and maxUnavailable=1", "set maxUnavailable to 0 for a surge"}},
 		{[]string{"--set", "nriCheck.enabled=true,config.mode=cni"}, []string{"nriCheck.enabled", "config.mode=cni"}},
 		{[]string{"--set", "metrics.serviceMonitor.enabled=true,metrics.address="}, []string{"metrics.serviceMonitor.enabled", "metrics.address"}},
+		{[]string{"--set", "metrics.prometheusRule.enabled=true,metrics.address="}, []string{"metrics.prometheusRule.enabled", "metrics.address"}},
 		{[]string{"--kube-version", "1.36.0", "--set", "dra.enabled=true"}, []string{"dra.enabled", "1.37"}},
 	} {
 		_, err := h.Template(context.Background(), c.args...)

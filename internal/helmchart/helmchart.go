@@ -181,9 +181,11 @@ func (h Helm) Generate(ctx context.Context) (map[string][]byte, error) {
 type Object struct {
 	Kind, Name, Namespace string
 	// Obj is the object as its Kubernetes API type; nil for a kind that
-	// client-go does not know (the ServiceMonitor: Monitor).
+	// client-go does not know (the ServiceMonitor: Monitor; the
+	// PrometheusRule: Rule).
 	Obj     runtime.Object
 	Monitor *ServiceMonitor
+	Rule    *PrometheusRule
 	// Raw is the document as rendered.
 	Raw []byte
 }
@@ -209,16 +211,55 @@ type ServiceMonitor struct {
 		} `json:"namespaceSelector"`
 		Selector  metav1.LabelSelector `json:"selector"`
 		Endpoints []struct {
-			Port          string `json:"port"`
-			Path          string `json:"path"`
-			Interval      string `json:"interval,omitempty"`
-			ScrapeTimeout string `json:"scrapeTimeout,omitempty"`
-			Relabelings   []struct {
-				SourceLabels []string `json:"sourceLabels"`
-				TargetLabel  string   `json:"targetLabel"`
-			} `json:"relabelings"`
+			Port              string          `json:"port"`
+			Path              string          `json:"path"`
+			Interval          string          `json:"interval,omitempty"`
+			ScrapeTimeout     string          `json:"scrapeTimeout,omitempty"`
+			Relabelings       []RelabelConfig `json:"relabelings"`
+			MetricRelabelings []RelabelConfig `json:"metricRelabelings,omitempty"`
 		} `json:"endpoints"`
 	} `json:"spec"`
+}
+
+// RelabelConfig is the Prometheus Operator's RelabelConfig (an endpoint's
+// relabelings and metricRelabelings).
+type RelabelConfig struct {
+	SourceLabels []string `json:"sourceLabels,omitempty"`
+	Separator    *string  `json:"separator,omitempty"`
+	TargetLabel  string   `json:"targetLabel,omitempty"`
+	Regex        string   `json:"regex,omitempty"`
+	Modulus      uint64   `json:"modulus,omitempty"`
+	Replacement  *string  `json:"replacement,omitempty"`
+	Action       string   `json:"action,omitempty"`
+}
+
+// PrometheusRule is monitoring.coreos.com/v1 PrometheusRule with the
+// fields of its API reference the chart may render, decoded strictly like
+// ServiceMonitor.
+type PrometheusRule struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Groups []RuleGroup `json:"groups"`
+	} `json:"spec"`
+}
+
+// RuleGroup is one group of a PrometheusRule.
+type RuleGroup struct {
+	Name     string `json:"name"`
+	Interval string `json:"interval,omitempty"`
+	Rules    []Rule `json:"rules"`
+}
+
+// Rule is an alerting (Alert) or recording (Record) rule.
+type Rule struct {
+	Alert         string            `json:"alert,omitempty"`
+	Record        string            `json:"record,omitempty"`
+	Expr          string            `json:"expr"`
+	For           string            `json:"for,omitempty"`
+	KeepFiringFor string            `json:"keep_firing_for,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+	Annotations   map[string]string `json:"annotations,omitempty"`
 }
 
 // Decode splits a multi-document YAML stream (helm template's output, a
@@ -255,6 +296,15 @@ func Decode(data []byte) ([]Object, error) {
 				return nil, fmt.Errorf("document %d: ServiceMonitor: %w", i, err)
 			}
 			o.Name, o.Namespace = o.Monitor.Name, o.Monitor.Namespace
+		} else if tm.Kind == "PrometheusRule" {
+			if tm.APIVersion != "monitoring.coreos.com/v1" {
+				return nil, fmt.Errorf("document %d: PrometheusRule of %s, want monitoring.coreos.com/v1", i, tm.APIVersion)
+			}
+			o.Rule = &PrometheusRule{}
+			if err := yaml.UnmarshalStrict(doc, o.Rule); err != nil {
+				return nil, fmt.Errorf("document %d: PrometheusRule: %w", i, err)
+			}
+			o.Name, o.Namespace = o.Rule.Name, o.Rule.Namespace
 		} else {
 			obj, _, err := strict.Decode(doc, nil, nil)
 			if err != nil {

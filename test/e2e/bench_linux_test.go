@@ -93,7 +93,7 @@ func benchRunPodSandbox(b *testing.B, e *env.Env, where string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		h := parseHistogram(body, "meshlet_enroll_duration_seconds")
+		h := parseHistogram(body, "meshlet_enroll_duration_seconds", `result="enrolled"`)
 		b.ReportMetric(h.quantile(0.5)*1e3, "enroll-p50-ms")
 		b.ReportMetric(h.quantile(0.99)*1e3, "enroll-p99-ms")
 	}
@@ -195,13 +195,20 @@ type histogram struct {
 	counts []float64 // cumulative
 }
 
-func parseHistogram(text, name string) histogram {
+// parseHistogram is histogram name's series with labels (as the text
+// format writes them before le, e.g. `result="enrolled"`; "" for none) in a
+// Prometheus text page.
+func parseHistogram(text, name, labels string) histogram {
+	prefix := name + "_bucket{le=\""
+	if labels != "" {
+		prefix = name + "_bucket{" + labels + ",le=\""
+	}
 	var h histogram
 	for _, line := range strings.Split(text, "\n") {
-		if !strings.HasPrefix(line, name+"_bucket{le=\"") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
 			continue
 		}
-		rest := strings.TrimPrefix(line, name+"_bucket{le=\"")
 		le, count, _ := strings.Cut(rest, "\"} ")
 		bound := math.Inf(1)
 		if le != "+Inf" {
