@@ -47,7 +47,7 @@ func (l logVerbosity) String() string {
 func (l logVerbosity) Set(v string) error {
 	n, err := strconv.Atoi(v)
 	if err != nil {
-		return fmt.Errorf("%q: not a number", v)
+		return fmt.Errorf("want a whole number, 0 to %d", nodesettings.MaxLogVerbosity)
 	}
 	if err := nodesettings.CheckLogVerbosity(n); err != nil {
 		return err

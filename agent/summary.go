@@ -39,10 +39,8 @@ func summarize(cfg Config, started time.Time, ready *health.Readiness, mesh func
 		}
 	}
 	if driver != nil {
-		s.DRA = &debug.DRA{Driver: cfg.DRA.DriverName, DeviceReady: driver.DeviceReady(), PreparedClaims: claims.Len()}
-		if !s.DRA.DeviceReady {
-			s.DRA.Taint = driver.Taint()
-		}
+		taint := driver.Taint()
+		s.DRA = &debug.DRA{Driver: cfg.DRA.DriverName, DeviceReady: taint == "", Taint: taint, PreparedClaims: claims.Len()}
 	}
 	if nr != nil {
 		st, published, err := nr.Published()

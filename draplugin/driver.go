@@ -249,10 +249,15 @@ func (d *Driver) DeviceReady() bool { return d.leads() && d.nodeState().Ready }
 // Taint is the device's taint as "key=value:NoSchedule" (what kubectl
 // shows), "" while the device is untainted.
 func (d *Driver) Taint() string {
-	if d.DeviceReady() {
+	st := d.nodeState() // once: it may change meanwhile
+	if d.leads() && st.Ready {
 		return ""
 	}
-	return TaintKey(d.cfg.DriverName) + "=" + d.nodeState().Reason + ":" + string(resourceapi.DeviceTaintEffectNoSchedule)
+	reason := st.Reason
+	if reason == "" {
+		reason = "starting" // not leading yet
+	}
+	return TaintKey(d.cfg.DriverName) + "=" + reason + ":" + string(resourceapi.DeviceTaintEffectNoSchedule)
 }
 
 // leads reports whether Lead was called.

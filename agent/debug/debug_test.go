@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,15 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	out.Reset()
 	if err := Status(context.Background(), StatusOptions{StateDir: stateDir}, &out); !errors.Is(err, ErrNotHealthy) || !strings.Contains(out.String(), "NOT READY") || !strings.Contains(out.String(), stateDir) {
 		t.Fatalf("status without a meshlet = %v:\n%s\nwant ErrNotHealthy and NOT READY naming %s", err, out.String(), stateDir)
+	}
+}
+
+// TestPodStatesNameEveryState: meshlet status's --state and its order
+// know every state the core has.
+func TestPodStatesNameEveryState(t *testing.T) {
+	for s := enroll.StateUnknown; s <= enroll.StateFailed; s++ {
+		if !slices.Contains(PodStates, s.String()) {
+			t.Errorf("PodStates lacks %q", s)
+		}
 	}
 }

@@ -62,8 +62,8 @@ func printReport(w io.Writer, r Report, now time.Time) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if r.Summary == nil {
-		return nil
+	if r.Summary == nil && r.Settings == nil {
+		return nil // nothing was read from a meshlet
 	}
 	fmt.Fprintln(w)
 	if err := printPods(w, r.Pods, now); err != nil {

@@ -82,7 +82,8 @@ type Mesh struct {
 }
 
 // RuntimeHook is the pod source: Mode nri (the runtime's NRI hooks) or cni
-// (the chained meshlet-cni), "" while auto mode has not picked one.
+// (the chained meshlet-cni), or "choosing (--mode auto)" until one is
+// picked.
 type RuntimeHook struct {
 	Mode      string `json:"mode"`
 	Connected bool   `json:"connected"`
@@ -111,8 +112,8 @@ type DRA struct {
 	Driver string `json:"driver"`
 	// DeviceReady is whether the device is published untainted.
 	DeviceReady bool `json:"deviceReady"`
-	// Taint is the device's taint's value while it is tainted (why the
-	// node cannot enroll).
+	// Taint is the device's taint while it is tainted, as kubectl shows
+	// it ("mesh.meshlet.dev/not-ready=ztunnel-disconnected:NoSchedule").
 	Taint string `json:"taint,omitempty"`
 	// PreparedClaims counts the mesh claims prepared on the node.
 	PreparedClaims int `json:"preparedClaims"`

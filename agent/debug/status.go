@@ -22,6 +22,9 @@ import (
 // says why.
 var ErrNotHealthy = errors.New("the node's mesh is not healthy")
 
+// errNotFound is a debug socket's answer to an endpoint it does not serve.
+var errNotFound = errors.New("not served")
+
 // Outputs are meshlet status's -o values.
 var Outputs = []string{"table", "json", "yaml"}
 
@@ -46,17 +49,26 @@ type StatusOptions struct {
 // PodStates are the states a pod can be in, as meshlet status names them.
 var PodStates = []string{"failed", "enrolled", "pending", "releasing", "released", "skipped", "unknown"}
 
+// Validate refuses an output or a pod state meshlet status does not know,
+// naming its flag.
+func (opts StatusOptions) Validate() error {
+	if !slices.Contains(append(Outputs, ""), opts.Output) {
+		return fmt.Errorf("-o=%q: want one of %s", opts.Output, strings.Join(Outputs, ", "))
+	}
+	for _, s := range opts.States {
+		if !slices.Contains(PodStates, s) {
+			return fmt.Errorf("--state=%s: want one of %s", s, strings.Join(PodStates, ", "))
+		}
+	}
+	return nil
+}
+
 // Status asks the node's meshlet how the node stands and prints it (meshlet
 // status). It returns ErrNotHealthy, after printing, when the node is
 // not OK.
 func Status(ctx context.Context, opts StatusOptions, w io.Writer) error {
-	if !slices.Contains(append(Outputs, ""), opts.Output) {
-		return fmt.Errorf("-o %q: want one of %s", opts.Output, strings.Join(Outputs, ", "))
-	}
-	for _, s := range opts.States {
-		if !slices.Contains(PodStates, s) {
-			return fmt.Errorf("--state %q: want one of %s", s, strings.Join(PodStates, ", "))
-		}
+	if err := opts.Validate(); err != nil {
+		return err
 	}
 	r := Ask(ctx, opts)
 	var err error
@@ -90,9 +102,16 @@ func Ask(ctx context.Context, opts StatusOptions) Report {
 	socket := filepath.Join(opts.StateDir, SocketName)
 	r := Report{Pods: []Pod{}}
 	var summary Summary
-	if err := getDebug(ctx, socket, "/debug/status", &summary); err != nil {
+	older := false
+	switch err := getDebug(ctx, socket, "/debug/status", &summary); {
+	case errors.Is(err, errNotFound):
+		// A meshlet from before /debug/status serves the node (an update
+		// is under way): its pods and settings are still there.
+		older = true
+		r.Problems = append(r.Problems, "the meshlet serving this node is an older version, without a summary (/debug/status)")
+	case err != nil:
 		r.Problems = append(r.Problems, "no meshlet serves this node: "+err.Error())
-	} else {
+	default:
 		r.Summary = &summary
 	}
 	// This meshlet's own readiness: its health socket (a standby has its
@@ -101,7 +120,7 @@ func Ask(ctx context.Context, opts StatusOptions) Report {
 	case opts.HealthSocket != "":
 		r.Status, r.Detail = readyz(ctx, opts.HealthSocket)
 	case r.Summary == nil:
-		r.Status, r.Detail = StatusNotReady, r.Problems[0]
+		r.Status, r.Detail = StatusNotReady, r.Problems[len(r.Problems)-1]
 	case r.Summary.Ready:
 		r.Status, r.Detail = StatusReady, r.Summary.Detail
 	default:
@@ -121,32 +140,43 @@ func Ask(ctx context.Context, opts StatusOptions) Report {
 	case r.Status == StatusStandby && !s.Mesh.Ready:
 		r.Problems = append(r.Problems, "the node's mesh takes no new pods: "+s.Mesh.Message)
 	}
-	if s := r.Summary; s != nil && len(s.RecentFailures) > 0 {
-		var names []string
-		for _, f := range s.RecentFailures {
-			names = append(names, fmt.Sprintf("%s/%s (%d attempt(s), last %s ago): %s", f.Namespace, f.Name, f.Attempts, age(time.Since(f.At)), f.Reason))
-		}
-		r.Problems = append(r.Problems, fmt.Sprintf("%d mesh pod(s) could not start in the last %v: %s", len(names), FailureWindow, strings.Join(names, "; ")))
-	}
-	if r.Summary != nil {
-		var pods debugPods
-		if err := getDebug(ctx, socket, "/debug/pods", &pods); err != nil {
-			r.Problems = append(r.Problems, err.Error())
-		} else {
-			r.Pods = selectPods(pods.Pods, opts)
-			if failed := failedPods(pods.Pods); len(failed) > 0 {
-				r.Problems = append(r.Problems, fmt.Sprintf("%d mesh pod(s) failed: %s", len(failed), strings.Join(failed, "; ")))
-			}
-		}
-		var settings live.Report
-		if err := getDebug(ctx, socket, "/debug/settings", &settings); err != nil {
-			r.Problems = append(r.Problems, err.Error())
-		} else {
-			r.Settings = &settings
-		}
+	if r.Summary != nil || older {
+		r.Pods, r.Settings, r.Problems = readPods(ctx, socket, opts, r.Summary, r.Problems)
 	}
 	r.Healthy = len(r.Problems) == 0
 	return r
+}
+
+// readPods reads the pods and the settings from the debug socket, and adds
+// the failed pods, and those failed recently, to problems.
+func readPods(ctx context.Context, socket string, opts StatusOptions, summary *Summary, problems []string) ([]Pod, *live.Report, []string) {
+	selected := []Pod{}
+	var pods debugPods
+	if err := getDebug(ctx, socket, "/debug/pods", &pods); err != nil {
+		problems = append(problems, err.Error())
+	} else {
+		selected = selectPods(pods.Pods, opts)
+		if failed := failedPods(pods.Pods); len(failed) > 0 {
+			problems = append(problems, fmt.Sprintf("%d mesh pod(s) failed: %s", len(failed), strings.Join(failed, "; ")))
+		}
+	}
+	if summary != nil && len(summary.RecentFailures) > 0 {
+		var names []string
+		for _, f := range summary.RecentFailures {
+			if slices.ContainsFunc(pods.Pods, func(p Pod) bool { return p.UID == f.UID && p.State == "failed" }) {
+				continue // named above
+			}
+			names = append(names, fmt.Sprintf("%s/%s (%d attempt(s), last %s ago): %s", f.Namespace, f.Name, f.Attempts, age(time.Since(f.At)), f.Reason))
+		}
+		if len(names) > 0 {
+			problems = append(problems, fmt.Sprintf("%d mesh pod(s) could not start in the last %v: %s", len(names), FailureWindow, strings.Join(names, "; ")))
+		}
+	}
+	var settings live.Report
+	if err := getDebug(ctx, socket, "/debug/settings", &settings); err != nil {
+		return selected, nil, append(problems, err.Error())
+	}
+	return selected, &settings, problems
 }
 
 // readyz is this meshlet's /readyz as a status and its detail.
@@ -156,7 +186,7 @@ func readyz(ctx context.Context, socket string) (status, detail string) {
 	case err != nil:
 		return StatusNotReady, fmt.Sprintf("this meshlet's health socket %s does not answer: %v", socket, err)
 	case !answer.OK:
-		return StatusNotReady, strings.TrimSpace(string(answer.Body))
+		return StatusNotReady, strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "not ready: ")
 	}
 	detail = strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "ok: ")
 	if strings.HasPrefix(detail, "standby") {
@@ -205,6 +235,9 @@ func getDebug(ctx context.Context, socket, endpoint string, v any) error {
 	answer, err := httpserve.Get(ctx, socket, endpoint, 5*time.Second, 64<<20)
 	if err != nil {
 		return fmt.Errorf("ask the running meshlet at %s (is it running, with this --state-dir?): %w", socket, err)
+	}
+	if answer.Status == "404 Not Found" {
+		return fmt.Errorf("%s %s: %w", socket, endpoint, errNotFound)
 	}
 	if !answer.OK {
 		return fmt.Errorf("%s %s: %s", socket, endpoint, answer.Status)

@@ -139,8 +139,8 @@ func New(reg prometheus.Registerer, core Core, zt Ztunnel, watcher *kube.Watcher
 				func() float64 { return float64(watcher.Degraded.Load()) }),
 		)
 	}
-	for _, step := range []enroll.Step{enroll.StepResolve, enroll.StepNetns, enroll.StepRedirect, enroll.StepProxy} {
-		m.enrollFailures.WithLabelValues(string(step))
+	for _, step := range []string{string(enroll.StepResolve), string(enroll.StepNetns), string(enroll.StepRedirect), string(enroll.StepProxy), stepOther} {
+		m.enrollFailures.WithLabelValues(step)
 	}
 	for _, r := range []string{resultEnrolled, resultFailed} {
 		m.enrollDuration.WithLabelValues(r)
@@ -174,6 +174,9 @@ func oneIf(b bool) float64 {
 	return 0
 }
 
+// stepOther is the step label of a failure outside the core's steps.
+const stepOther = "other"
+
 // Enrolled records one enrollment inside a runtime hook.
 func (m *Metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
 	if m.OnEnrolled != nil {
@@ -185,7 +188,7 @@ func (m *Metrics) Enrolled(pod enroll.PodRef, d time.Duration, err error) {
 		}
 		step := string(enroll.FailedStep(err))
 		if step == "" {
-			step = "other"
+			step = stepOther
 		}
 		m.enrollFailures.WithLabelValues(step).Inc()
 		// Timed too: a failure that took the hook's whole budget is what

@@ -19,6 +19,13 @@ import (
 // rewrites it).
 func TestCLIErrors(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "missing")
+	// --vmodule is klog's, global: leave it as it was for other tests.
+	t.Cleanup(func() {
+		cfg := agent.DefaultConfig()
+		if err := newFlagSet(&cfg).Set("vmodule", ""); err != nil {
+			t.Error(err)
+		}
+	})
 	cases := [][]string{
 		{"--enroll-timeout=abc"},
 		{"--standalone=maybe"},
@@ -34,6 +41,11 @@ func TestCLIErrors(t *testing.T) {
 		{"release-nodes"},
 		{"--mode=ebpf", "status"},
 		{"--redirect-backend=ebpf", "--standalone"},
+		{"-v=abc"},
+		{"status", "-x"},
+		{"status", "-o"},
+		{"--log-format=yaml"},
+		{"--log-format=json", "--vmodule=enroll=4", "version"},
 		{"uninstall-cni", "--cni-conf-dir=" + missing},
 	}
 	var got bytes.Buffer
@@ -44,6 +56,15 @@ func TestCLIErrors(t *testing.T) {
 			strings.ReplaceAll(stderr.String(), missing, "MISSING"), code)
 	}
 	golden(t, "testdata/cli-errors.golden", got.Bytes())
+}
+
+// TestCommandFlagsReadNoVariable: a command's own flags (status -o) are
+// the command line's; MESHLET_O is no setting.
+func TestCommandFlagsReadNoVariable(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"version"}, []string{"MESHLET_O=json"}, &stdout, &stderr); code != 0 || strings.HasPrefix(stdout.String(), "{") {
+		t.Fatalf("MESHLET_O=json meshlet version: exit %d, %q; want the text form", code, stdout.String())
+	}
 }
 
 // TestFlagsAnywhere: flags may come before a command, after it, and

@@ -63,10 +63,8 @@ var commands = []command{
 			fs.Var(flagvalue.NewList(&opts.States), "state", "list only pods in these states (comma-separated): "+strings.Join(debug.PodStates, ", "))
 			return func(ctx context.Context, cfg agent.Config, _ []string, stdout io.Writer) error {
 				opts.StateDir, opts.HealthSocket, opts.Output = cfg.StateDir, cfg.HealthSocket, output
-				for _, s := range opts.States {
-					if !slices.Contains(debug.PodStates, s) {
-						return usageError{fmt.Errorf("--state=%s: want one of %s", s, strings.Join(debug.PodStates, ", "))}
-					}
+				if err := opts.Validate(); err != nil {
+					return usageError{err}
 				}
 				return debug.Status(ctx, opts, stdout)
 			}

@@ -19,13 +19,17 @@ type explained struct {
 	failed *refusal
 }
 
-// refusal is the last flag value refused.
-type refusal struct{ name, value string }
+// refusal is the last flag value refused, and why.
+type refusal struct {
+	name, value string
+	err         error
+}
 
 func (e explained) Set(s string) error {
 	if err := e.Value.Set(s); err != nil {
-		*e.failed = refusal{e.name, s}
-		return explain(e.Value, err)
+		err = explain(e.Value, err)
+		*e.failed = refusal{e.name, s, err}
+		return err
 	}
 	return nil
 }
@@ -75,20 +79,18 @@ func parseError(fs *flag.FlagSet, err error, failed refusal) error {
 	msg := err.Error()
 	switch {
 	case failed.name != "":
-		// invalid value "abc" for flag -enroll-timeout: <why>
-		why := msg[strings.LastIndex(msg, ": ")+2:]
-		return fmt.Errorf("%s=%q: %s", dashed(failed.name), failed.value, why)
+		return fmt.Errorf("%s=%q: %w", dashed(failed.name), failed.value, failed.err)
 	case strings.HasPrefix(msg, "flag provided but not defined: "):
 		name := strings.TrimLeft(strings.TrimPrefix(msg, "flag provided but not defined: "), "-")
 		var known []string
 		fs.VisitAll(func(f *flag.Flag) { known = append(known, f.Name) })
 		if c := flagenv.Closest(name, known); c != "" {
-			return fmt.Errorf("unknown flag --%s (did you mean --%s?)", name, c)
+			return fmt.Errorf("unknown flag %s (did you mean %s?)", dashed(name), dashed(c))
 		}
-		return fmt.Errorf("unknown flag --%s", name)
+		return fmt.Errorf("unknown flag %s", dashed(name))
 	case strings.HasPrefix(msg, "flag needs an argument: "):
 		name := strings.TrimLeft(strings.TrimPrefix(msg, "flag needs an argument: "), "-")
-		return fmt.Errorf("--%s needs a value (--%s=VALUE)", name, name)
+		return fmt.Errorf("%s needs a value (%s=VALUE)", dashed(name), dashed(name))
 	}
 	return err
 }

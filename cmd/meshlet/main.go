@@ -31,8 +31,18 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 	cfg := agent.DefaultConfig()
 	fs := newFlagSet(&cfg)
 	runCmd := func(context.Context, agent.Config, []string, io.Writer) error { return nil }
+	// A command's own flags (status -o) are the command line's only: no
+	// MESHLET_* variable sets them.
+	own := map[string]bool{}
 	if hasCmd {
+		before := map[string]bool{}
+		fs.VisitAll(func(f *flag.Flag) { before[f.Name] = true })
 		runCmd = cmd.setup(fs)
+		fs.VisitAll(func(f *flag.Flag) {
+			if !before[f.Name] {
+				own[flagenv.EnvName(f.Name)] = true
+			}
+		})
 	}
 	prog := "meshlet"
 	if hasCmd {
@@ -66,8 +76,18 @@ func run(args, environ []string, stdout, stderr io.Writer) int {
 		}
 		return usageErr(fmt.Errorf("unexpected arguments %q: the daemon takes none; the commands are %s", positional, strings.Join(commandNames(), ", ")))
 	}
-	envErr := flagenv.ApplyEnv(fs, lookupIn(environ))
+	lookup := lookupIn(environ)
+	envErr := flagenv.ApplyEnv(fs, func(k string) (string, bool) {
+		if own[k] {
+			return "", false
+		}
+		return lookup(k)
+	})
 	if envErr == nil {
+		if cfg.LogFormat == "json" && fs.Lookup("vmodule").Value.String() != "" {
+			// The JSON logger has one verbosity: -vmodule would do nothing.
+			return usageErr(errors.New("--vmodule works only with --log-format=text"))
+		}
 		if err := logformat.Apply(cfg.LogFormat, cfg.LogVerbosity); err != nil {
 			return usageErr(err)
 		}

@@ -607,7 +607,7 @@ func TestImageRunsInContainerd(t *testing.T) {
 	if err != nil {
 		t.Fatalf("meshlet -h in the image: %v", err)
 	}
-	for _, want := range []string{"Usage of meshlet:", "-redirect-backend"} {
+	for _, want := range []string{"Usage:", "meshlet COMMAND", "--redirect-backend"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("meshlet -h in the image: no %q in\n%s", want, out)
 		}

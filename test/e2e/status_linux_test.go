@@ -93,7 +93,9 @@ func TestStatus(t *testing.T) {
 		// The runtime's NRI socket answers nowhere: nothing would enroll
 		// a new pod.
 		dir := t.TempDir()
-		ml, err := e.StartMeshlet(filepath.Join(zdstest.SocketDir(t), "zt.sock"), "--standalone", "--mode=nri", "--nri-socket="+filepath.Join(dir, "nri.sock"))
+		healthSocket := filepath.Join(dir, "health.sock")
+		ml, err := e.StartMeshlet(filepath.Join(zdstest.SocketDir(t), "zt.sock"), "--standalone", "--mode=nri", "--nri-socket="+filepath.Join(dir, "nri.sock"),
+			"--health-socket="+healthSocket)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,9 +110,12 @@ func TestStatus(t *testing.T) {
 			!strings.Contains(r.report.Detail, "not connected to the container runtime") {
 			t.Fatalf("status without a runtime: exit %d, %+v, summary %+v", r.code, r.report, s)
 		}
-		brief := meshletStatus(t, e, "--brief")
-		if brief.code != 1 || !strings.HasPrefix(brief.out, "NOT READY: not ready: not connected to the container runtime") || strings.Count(brief.out, "\n") != 1 {
-			t.Fatalf("status --brief without a runtime: exit %d, %q", brief.code, brief.out)
+		// As in the DaemonSet: this meshlet's own /readyz says why.
+		for _, args := range [][]string{{"--brief"}, {"--brief", "--health-socket=" + healthSocket}} {
+			brief := meshletStatus(t, e, args...)
+			if brief.code != 1 || brief.out != "NOT READY: not ready: not connected to the container runtime (NRI)\n" {
+				t.Fatalf("status %v without a runtime: exit %d, %q", args, brief.code, brief.out)
+			}
 		}
 	})
 
@@ -230,7 +235,10 @@ func TestLogFormatJSON(t *testing.T) {
 	}{{[]string{"--log-format=json", "version"}, ""}, {[]string{"version"}, "MESHLET_LOG_FORMAT=json"}} {
 		cmd := exec.Command(e.Meshlet, c.args...)
 		// A misspelt variable: meshlet warns about it in the log.
-		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "MESHLET_") }), "MESHLET_ZTUNEL_SOCKET=/x", c.env)
+		cmd.Env = append(slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "MESHLET_") }), "MESHLET_ZTUNEL_SOCKET=/x")
+		if c.env != "" {
+			cmd.Env = append(cmd.Env, c.env)
+		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Run(); err != nil {
