@@ -154,7 +154,10 @@ func Start(opts Options) (_ *Cluster, err error) {
 	if err := os.MkdirAll(kubeDir, 0o755); err != nil {
 		return nil, err
 	}
-	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath, append(opts.featureGates(), opts.APIServerArgs...)...); err != nil {
+	// The API server reaches a kubelet (exec, logs, port-forward) at its
+	// node's InternalIP: the node's name resolves nowhere here.
+	apiserverArgs := append(opts.featureGates(), "--kubelet-preferred-address-types=InternalIP")
+	if c.Kube, err = kubeenv.StartIn(opts.BinDir, kubeDir, opts.NetnsPath, append(apiserverArgs, opts.APIServerArgs...)...); err != nil {
 		return nil, err
 	}
 	c.undo = append(c.undo, func() error { c.Kube.Stop(); return nil })
@@ -269,7 +272,7 @@ func (c *Cluster) startKubelet(kubeconfig string) error {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return err
 	}
-	cfg := c.kubeletConfig(c.opts.CRISocket, "")
+	cfg := c.kubeletConfig(c.opts.CRISocket, NodeIP, "")
 	cfgPath := c.path("kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err
@@ -287,8 +290,10 @@ func (c *Cluster) startKubelet(kubeconfig string) error {
 }
 
 // kubeletConfig is a kubelet's configuration: the runtime at criSocket,
-// pods' cgroups under cgroupRoot ("": the machine's root).
-func (c *Cluster) kubeletConfig(criSocket, cgroupRoot string) string {
+// its API (exec, logs) served on the node's address ip, where the API
+// server dials it, pods' cgroups under cgroupRoot ("": the machine's
+// root).
+func (c *Cluster) kubeletConfig(criSocket, ip, cgroupRoot string) string {
 	cfg := fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -298,7 +303,7 @@ protectKernelDefaults: false
 oomScoreAdj: 0
 containerRuntimeEndpoint: unix://%s
 staticPodPath: ""
-address: 127.0.0.1
+address: %s
 healthzBindAddress: 127.0.0.1
 readOnlyPort: 0
 authentication:
@@ -308,7 +313,7 @@ authorization: {mode: AlwaysAllow}
 evictionHard: {}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-`, criSocket)
+`, criSocket, ip)
 	if d := c.opts.MaxContainerRestartPeriod; d > 0 {
 		cfg += fmt.Sprintf("featureGates: {KubeletCrashLoopBackOffMax: true}\ncrashLoopBackOff: {maxContainerRestartPeriod: %s}\n", d)
 	}

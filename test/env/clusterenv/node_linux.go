@@ -88,7 +88,7 @@ func (c *Cluster) AddNode(opts NodeOptions) (_ *Node, err error) {
 	if err := n.makeCgroupRoot(); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(c.kubeletConfig(opts.CRISocket, n.cgroupRoot)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(n.dir, "kubelet.yaml"), []byte(c.kubeletConfig(opts.CRISocket, opts.IP, n.cgroupRoot)), 0o644); err != nil {
 		return nil, fmt.Errorf("node %s: %w", opts.Name, err)
 	}
 	if err := n.StartKubelet(); err != nil {
