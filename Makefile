@@ -40,12 +40,14 @@ all: build
 
 ## build: compile every package, the daemon, meshlet-cni and meshlet-gate
 ## (which it installs from next to itself: the CNI plugin in CNI mode, the
-## mesh device's container hook with DRA) into bin/
+## mesh device's container hook with DRA), and the kubectl plugin
+## kubectl-meshlet (docs/kubectl-plugin.md) into bin/
 build:
 	$(GO) build ./...
 	$(GO) build -o $(BIN)/meshlet ./cmd/meshlet
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-cni ./cmd/meshlet-cni
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-gate ./cmd/meshlet-gate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-X github.com/meshlet/meshlet/internal/version.Version=$(VERSION)' -o $(BIN)/kubectl-meshlet ./cmd/kubectl-meshlet
 
 ## version: print the version make image tags and stamps (git describe
 ## --tags --exact-match, else dev; VERSION=... overrides)
