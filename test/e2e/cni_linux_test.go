@@ -270,11 +270,11 @@ func TestCNIMode(t *testing.T) {
 		plain := cc.mustRun(t, cc.apiPod(t, "plain"))
 		untouched(t, m, plain)
 		// meshlet status shows both, from the daemon's debug socket.
-		out, err := exec.Command(cc.env.Meshlet, "status", "--state-dir="+cc.env.MeshletStateDir()).CombinedOutput()
+		out, err := exec.Command(cc.env.Meshlet, "status", "--all", "--state-dir="+cc.env.MeshletStateDir()).CombinedOutput()
 		if err != nil {
 			t.Fatalf("meshlet status: %v\n%s", err, out)
 		}
-		for _, want := range []string{"mode cni", mesh.spec.Name, "enrolled", fmt.Sprint(inode(t, mesh.info.NetnsPath)), "acked", plain.spec.Name, "skipped"} {
+		for _, want := range []string{"READY", "CNI (meshlet-cni chained), connected", mesh.spec.Name, "enrolled", "acked", plain.spec.Name, "skipped"} {
 			if !strings.Contains(string(out), want) {
 				t.Fatalf("meshlet status lacks %q:\n%s", want, out)
 			}
