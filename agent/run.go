@@ -19,6 +19,7 @@ import (
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 	"github.com/meshlet/meshlet/agent/policy"
 	"github.com/meshlet/meshlet/agent/redirect"
 	"github.com/meshlet/meshlet/agent/state"
@@ -321,7 +322,7 @@ func Run(ctx context.Context, cfg Config) error {
 	debugServer, err := debug.Listen(cfg.StateDir, debug.Handler(debug.Sources{Node: cfg.NodeName,
 		Revision: func() (string, []string) { return cfg.Policy.Revision, pol.RevisionTags().TagsOf(cfg.Policy.Revision) },
 		Mode:     source.current, Core: core, Ztunnel: server, Settings: liveSettings.Report, NetnsPaths: debug.NetnsPaths(debug.NetnsDirs), Failures: failures,
-		Summary: func() debug.Summary {
+		Summary: func() nodestatus.Summary {
 			return summarize(cfg, started, ready, meshState, source, server, api, driver, claims, nodeReadiness)
 		}}))
 	if err != nil {

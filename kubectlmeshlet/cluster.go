@@ -26,7 +26,7 @@ const ContainerName = "meshlet"
 const MeshletCommand = "/usr/local/bin/meshlet"
 
 // statusCommandLine is what each node's meshlet is asked: its report
-// (agent/debug.Report) with every pod.
+// (agent/nodestatus.Report) with every pod.
 var statusCommandLine = []string{MeshletCommand, "status", "-o", "json", "--all"}
 
 // cluster is the API server kubectl-meshlet asks, and where meshlet runs.

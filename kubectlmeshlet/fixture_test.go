@@ -20,7 +20,7 @@ import (
 	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/meshlet/meshlet/agent/debug"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
@@ -67,7 +67,7 @@ func (f fakeExec) Exec(_ context.Context, _, pod, container string, command []st
 }
 
 // reportJSON is meshlet status -o json's output for r.
-func reportJSON(t testing.TB, r debug.Report) []byte {
+func reportJSON(t testing.TB, r nodestatus.Report) []byte {
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
@@ -75,32 +75,32 @@ func reportJSON(t testing.TB, r debug.Report) []byte {
 	return b
 }
 
-func readyReport(node string, enrolled int) debug.Report {
-	r := debug.Report{Status: debug.StatusReady, Detail: "ok", Healthy: true,
-		Summary: &debug.Summary{Node: node, Version: "v0.3.0", Ready: true, Detail: "ok",
-			Mesh:        debug.Mesh{Ready: true},
-			RuntimeHook: debug.RuntimeHook{Mode: "nri", Connected: true},
-			Ztunnel:     debug.Ztunnel{Socket: "/var/run/ztunnel/ztunnel.sock", Connections: 1},
+func readyReport(node string, enrolled int) nodestatus.Report {
+	r := nodestatus.Report{Status: nodestatus.StatusReady, Detail: "ok", Healthy: true,
+		Summary: &nodestatus.Summary{Node: node, Version: "v0.3.0", Ready: true, Detail: "ok",
+			Mesh:        nodestatus.Mesh{Ready: true},
+			RuntimeHook: nodestatus.RuntimeHook{Mode: "nri", Connected: true},
+			Ztunnel:     nodestatus.Ztunnel{Socket: "/var/run/ztunnel/ztunnel.sock", Connections: 1},
 			PodCounts:   map[string]int{"enrolled": enrolled, "skipped": 1}, Started: testNow.Add(-time.Hour)}}
 	for i := range enrolled {
-		r.Pods = append(r.Pods, debug.Pod{Namespace: "shop", Name: node + "-app-" + string(rune('a'+i)), UID: node + "-uid", State: "enrolled",
+		r.Pods = append(r.Pods, nodestatus.Pod{Namespace: "shop", Name: node + "-app-" + string(rune('a'+i)), UID: node + "-uid", State: "enrolled",
 			Since: testNow.Add(-10 * time.Minute), Ztunnel: "acked"})
 	}
-	r.Pods = append(r.Pods, debug.Pod{Namespace: "kube-system", Name: "coredns", State: "skipped", Since: testNow.Add(-time.Hour), Reason: "namespace excluded"})
+	r.Pods = append(r.Pods, nodestatus.Pod{Namespace: "kube-system", Name: "coredns", State: "skipped", Since: testNow.Add(-time.Hour), Reason: "namespace excluded"})
 	return r
 }
 
 // cniReport is a node in CNI mode with a failed pod and no ztunnel.
-func cniReport(node string) debug.Report {
-	return debug.Report{Status: debug.StatusNotReady, Detail: "no ztunnel connected to /var/run/ztunnel/ztunnel.sock since 3m", Healthy: false,
+func cniReport(node string) nodestatus.Report {
+	return nodestatus.Report{Status: nodestatus.StatusNotReady, Detail: "no ztunnel connected to /var/run/ztunnel/ztunnel.sock since 3m", Healthy: false,
 		Problems: []string{"no ztunnel connected", "1 mesh pod failed"},
-		Summary: &debug.Summary{Node: node, Version: "v0.3.0", Detail: "no ztunnel connected",
-			RuntimeHook: debug.RuntimeHook{Mode: "cni", Connected: true},
-			Ztunnel:     debug.Ztunnel{Socket: "/var/run/ztunnel/ztunnel.sock"},
+		Summary: &nodestatus.Summary{Node: node, Version: "v0.3.0", Detail: "no ztunnel connected",
+			RuntimeHook: nodestatus.RuntimeHook{Mode: "cni", Connected: true},
+			Ztunnel:     nodestatus.Ztunnel{Socket: "/var/run/ztunnel/ztunnel.sock"},
 			PodCounts:   map[string]int{"failed": 1},
-			RecentFailures: []debug.Failure{{Namespace: "shop", Name: "cart-7", UID: "u7", Reason: "ztunnel: no connection",
+			RecentFailures: []nodestatus.Failure{{Namespace: "shop", Name: "cart-7", UID: "u7", Reason: "ztunnel: no connection",
 				At: testNow.Add(-2 * time.Minute), Attempts: 4}}},
-		Pods: []debug.Pod{{Namespace: "shop", Name: "cart-6", UID: "u6", State: "failed", Since: testNow.Add(-5 * time.Minute),
+		Pods: []nodestatus.Pod{{Namespace: "shop", Name: "cart-6", UID: "u6", State: "failed", Since: testNow.Add(-5 * time.Minute),
 			Reason: "redirect: nft: Operation not permitted", Retries: 2}}}
 }
 

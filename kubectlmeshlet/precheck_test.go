@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/version"
 
-	"github.com/meshlet/meshlet/agent/debug"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 )
 
 // TestPrecheckCluster runs precheck against a fake clientset (the pure
@@ -157,7 +157,7 @@ func TestPrecheckRules(t *testing.T) {
 	}
 }
 
-func readyReportPtr(node string) *debug.Report {
+func readyReportPtr(node string) *nodestatus.Report {
 	r := readyReport(node, 1)
 	return &r
 }

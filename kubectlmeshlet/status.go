@@ -12,7 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
-	"github.com/meshlet/meshlet/agent/debug"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 )
 
 // execTimeout bounds each node's meshlet status: it answers in
@@ -30,7 +30,7 @@ type NodeReport struct {
 	Pod string `json:"pod"`
 	// Report is what meshlet status -o json --all printed (nil: Error
 	// says why there is none).
-	Report *debug.Report `json:"report,omitempty"`
+	Report *nodestatus.Report `json:"report,omitempty"`
 	// Raw is that output as printed (for bug-report).
 	Raw []byte `json:"-"`
 	// Error is why the node's meshlet could not be asked.
@@ -70,7 +70,7 @@ func askNode(ctx context.Context, ex podExec, p *corev1.Pod) NodeReport {
 		return nr
 	}
 	nr.Raw = res.Stdout
-	var r debug.Report
+	var r nodestatus.Report
 	if err := json.Unmarshal(res.Stdout, &r); err != nil || r.Status == "" {
 		nr.Error = fmt.Sprintf("meshlet status exited %d without a report: %s", res.ExitCode, lastLine(res.Stderr, res.Stdout))
 		return nr
@@ -108,7 +108,7 @@ type ClusterStatus struct {
 // NodePod is a pod of a node's report.
 type NodePod struct {
 	Node string `json:"node"`
-	debug.Pod
+	nodestatus.Pod
 }
 
 // mergeReports merges the nodes' reports. Without all, each report keeps
@@ -124,7 +124,7 @@ func mergeReports(reports []NodeReport, all bool) ClusterStatus {
 		}
 		r := *nr.Report
 		if !all {
-			r.Pods = slices.DeleteFunc(slices.Clone(r.Pods), func(p debug.Pod) bool { return p.State == "skipped" })
+			r.Pods = slices.DeleteFunc(slices.Clone(r.Pods), func(p nodestatus.Pod) bool { return p.State == "skipped" })
 		}
 		nr.Report = &r
 		cs.Healthy = cs.Healthy && r.Healthy
@@ -137,8 +137,8 @@ func mergeReports(reports []NodeReport, all bool) ClusterStatus {
 		// is in the recent failures only.
 		if r.Summary != nil {
 			for _, f := range r.Summary.RecentFailures {
-				if !slices.ContainsFunc(r.Pods, func(p debug.Pod) bool { return p.UID == f.UID && p.State == "failed" }) {
-					cs.FailedPods = append(cs.FailedPods, NodePod{Node: nr.Node, Pod: debug.Pod{Namespace: f.Namespace, Name: f.Name,
+				if !slices.ContainsFunc(r.Pods, func(p nodestatus.Pod) bool { return p.UID == f.UID && p.State == "failed" }) {
+					cs.FailedPods = append(cs.FailedPods, NodePod{Node: nr.Node, Pod: nodestatus.Pod{Namespace: f.Namespace, Name: f.Name,
 						UID: f.UID, State: "failed", Since: f.At, Reason: f.Reason, Retries: f.Attempts}})
 				}
 			}

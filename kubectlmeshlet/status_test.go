@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshlet/meshlet/agent/debug"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 )
 
 // TestMergeReports: a node whose meshlet status exits 1 with its report
@@ -51,8 +51,8 @@ func TestMergeReports(t *testing.T) {
 		t.Errorf("--all: node-a has %d pods, want 3 (2 enrolled, 1 skipped)", n)
 	}
 
-	healthy := mergeReports([]NodeReport{{Node: "a", Report: &debug.Report{Status: "READY", Healthy: true}},
-		{Node: "a", Report: &debug.Report{Status: "STANDBY", Healthy: true}}}, false)
+	healthy := mergeReports([]NodeReport{{Node: "a", Report: &nodestatus.Report{Status: "READY", Healthy: true}},
+		{Node: "a", Report: &nodestatus.Report{Status: "STANDBY", Healthy: true}}}, false)
 	if !healthy.Healthy {
 		t.Error("a ready node with a ready standby (an update's surge) is not healthy")
 	}

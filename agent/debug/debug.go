@@ -14,6 +14,7 @@ import (
 
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 	"github.com/meshlet/meshlet/agent/zds"
 	"github.com/meshlet/meshlet/internal/httpserve"
 	"github.com/meshlet/meshlet/internal/unixsock"
@@ -29,11 +30,11 @@ type debugPods struct {
 	// Revision is the Istio revision this meshlet serves (--revision);
 	// empty: every revision's pods. RevisionTags are the tags that point
 	// to it, as meshlet last read them.
-	Revision           string   `json:"revision,omitempty"`
-	RevisionTags       []string `json:"revisionTags,omitempty"`
-	Mode               string   `json:"mode"`
-	ZtunnelConnections int      `json:"ztunnelConnections"`
-	Pods               []Pod    `json:"pods"`
+	Revision           string           `json:"revision,omitempty"`
+	RevisionTags       []string         `json:"revisionTags,omitempty"`
+	Mode               string           `json:"mode"`
+	ZtunnelConnections int              `json:"ztunnelConnections"`
+	Pods               []nodestatus.Pod `json:"pods"`
 }
 
 // PodsView is what /debug/pods reads from the core.
@@ -67,7 +68,7 @@ type Sources struct {
 	// Summary is the node's state (/debug/status) but for what the
 	// handler fills in from the other sources: the node, the revision
 	// and the pod counts.
-	Summary func() Summary
+	Summary func() nodestatus.Summary
 	// Failures are the recent failed enrollments in runtime hooks (nil:
 	// none recorded).
 	Failures *Failures
@@ -104,13 +105,13 @@ func Handler(src Sources) http.Handler {
 }
 
 // pods are the node's pods, sorted by namespace, name and UID.
-func (src Sources) pods() []Pod {
+func (src Sources) pods() []nodestatus.Pod {
 	connections := src.Ztunnel.Connections()
 	refused := src.Ztunnel.RefusedPods()
-	out := []Pod{}
+	out := []nodestatus.Pod{}
 	var inodes []uint64
 	for _, p := range src.Core.Pods() {
-		d := Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Sandbox: p.SandboxID, State: p.State.String(), Since: p.Since,
+		d := nodestatus.Pod{Namespace: p.Namespace, Name: p.Name, UID: p.UID, Sandbox: p.SandboxID, State: p.State.String(), Since: p.Since,
 			Reason: p.Reason, NetnsInode: p.NetnsInode, Retries: p.Retries, RetryAt: p.RetryAt, LastError: p.LastError}
 		if r, ok := src.Core.Record(p.UID); ok && p.State == enroll.StateEnrolled {
 			d.Redirection = r.Redirection
@@ -134,7 +135,7 @@ func (src Sources) pods() []Pod {
 			out[i].Netns = paths[out[i].NetnsInode]
 		}
 	}
-	slices.SortFunc(out, func(a, b Pod) int {
+	slices.SortFunc(out, func(a, b nodestatus.Pod) int {
 		return strings.Compare(a.Namespace+"/"+a.Name+"/"+a.UID, b.Namespace+"/"+b.Name+"/"+b.UID)
 	})
 	return out

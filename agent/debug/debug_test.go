@@ -16,6 +16,7 @@ import (
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/nodesettings"
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 )
 
 // fakePods stands in for the core (its states are tested in agent/enroll).
@@ -56,11 +57,11 @@ func TestDebugPodsAndStatus(t *testing.T) {
 	h := Handler(Sources{Node: "node-a", Revision: func() (string, []string) { return "", nil }, Mode: func() string { return "nri" },
 		Core: fakePods{}, Ztunnel: fakeZtunnel{}, Settings: func() live.Report { return settings },
 		NetnsPaths: func(inodes []uint64) map[uint64]string { return map[uint64]string{4026532000: "/run/netns/cni-web"} },
-		Summary: func() Summary {
-			return Summary{Version: "v1.2.3", Started: started, Ready: true, Detail: "serving", Mesh: Mesh{Ready: true},
-				RuntimeHook: RuntimeHook{Mode: "nri", Connected: true}, Ztunnel: Ztunnel{Socket: "/run/zt.sock", Connections: 1, RefusedPods: 1},
-				API: API{Enabled: true, Synced: true}, DRA: &DRA{Driver: "mesh.meshlet.dev", DeviceReady: true, PreparedClaims: 2},
-				NodeReadiness: &NodeReadiness{Taint: "mesh.meshlet.dev/not-ready", Published: true, Ready: true}}
+		Summary: func() nodestatus.Summary {
+			return nodestatus.Summary{Version: "v1.2.3", Started: started, Ready: true, Detail: "serving", Mesh: nodestatus.Mesh{Ready: true},
+				RuntimeHook: nodestatus.RuntimeHook{Mode: "nri", Connected: true}, Ztunnel: nodestatus.Ztunnel{Socket: "/run/zt.sock", Connections: 1, RefusedPods: 1},
+				API: nodestatus.API{Enabled: true, Synced: true}, DRA: &nodestatus.DRA{Driver: "mesh.meshlet.dev", DeviceReady: true, PreparedClaims: 2},
+				NodeReadiness: &nodestatus.NodeReadiness{Taint: "mesh.meshlet.dev/not-ready", Published: true, Ready: true}}
 		}})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pods", nil))
@@ -115,7 +116,7 @@ func TestDebugPodsAndStatus(t *testing.T) {
 // know every state the core has.
 func TestPodStatesNameEveryState(t *testing.T) {
 	for s := enroll.StateUnknown; s <= enroll.StateFailed; s++ {
-		if !slices.Contains(PodStates, s.String()) {
+		if !slices.Contains(nodestatus.PodStates, s.String()) {
 			t.Errorf("PodStates lacks %q", s)
 		}
 	}

@@ -9,10 +9,11 @@ import (
 	"time"
 
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 )
 
 // printBrief writes one line: the status, and why it is not OK.
-func printBrief(w io.Writer, r Report) error {
+func printBrief(w io.Writer, r nodestatus.Report) error {
 	line := r.Status
 	if r.Healthy {
 		line += ": " + r.Detail
@@ -24,7 +25,7 @@ func printBrief(w io.Writer, r Report) error {
 }
 
 // printReport writes the summary, the pods and the settings, as a table.
-func printReport(w io.Writer, r Report, now time.Time) error {
+func printReport(w io.Writer, r nodestatus.Report, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s:\t"+format+"\n", append([]any{k}, a...)...) }
 	row("meshlet", "%s\t%s", r.Status, r.Detail)
@@ -82,7 +83,7 @@ func plural(n int, format string) string {
 	return fmt.Sprintf(format, n)
 }
 
-func runtimeHook(h RuntimeHook) string {
+func runtimeHook(h nodestatus.RuntimeHook) string {
 	name := map[string]string{"nri": "NRI", "cni": "CNI (meshlet-cni chained)"}[h.Mode]
 	if name == "" {
 		name = h.Mode
@@ -93,7 +94,7 @@ func runtimeHook(h RuntimeHook) string {
 	return name + ", not connected: " + h.Detail
 }
 
-func apiServer(a API) string {
+func apiServer(a nodestatus.API) string {
 	switch {
 	case !a.Enabled:
 		return "none (--standalone)"
@@ -103,7 +104,7 @@ func apiServer(a API) string {
 	return "not synced: " + a.Error
 }
 
-func meshDevice(d DRA) string {
+func meshDevice(d nodestatus.DRA) string {
 	state := "ready"
 	if !d.DeviceReady {
 		state = "tainted " + d.Taint
@@ -111,14 +112,14 @@ func meshDevice(d DRA) string {
 	return fmt.Sprintf("%s (driver %s, %d prepared claim(s))", state, d.Driver, d.PreparedClaims)
 }
 
-func nodeReadinessKind(n NodeReadiness) string {
+func nodeReadinessKind(n nodestatus.NodeReadiness) string {
 	if n.Taint != "" {
 		return "taint"
 	}
 	return "condition"
 }
 
-func nodeReadiness(n NodeReadiness) string {
+func nodeReadiness(n nodestatus.NodeReadiness) string {
 	name := n.Taint + n.Condition
 	var s string
 	switch {
@@ -153,7 +154,7 @@ func settingsSource(v live.Report) string {
 
 func podCounts(counts map[string]int) string {
 	var parts []string
-	for _, state := range PodStates {
+	for _, state := range nodestatus.PodStates {
 		if n := counts[state]; n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", n, state))
 		}
@@ -164,7 +165,7 @@ func podCounts(counts map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-func printPods(w io.Writer, pods []Pod, now time.Time) error {
+func printPods(w io.Writer, pods []nodestatus.Pod, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAMESPACE\tNAME\tSTATE\tSINCE\tREASON\tSANDBOX\tNETNS\tREDIRECTION\tZTUNNEL\tRETRY")
 	for _, p := range pods {

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 	"github.com/meshlet/meshlet/internal/httpserve"
 )
 
@@ -46,9 +47,6 @@ type StatusOptions struct {
 	States    []string
 }
 
-// PodStates are the states a pod can be in, as meshlet status names them.
-var PodStates = []string{"failed", "enrolled", "pending", "releasing", "released", "skipped", "unknown"}
-
 // Validate refuses an output or a pod state meshlet status does not know,
 // naming its flag.
 func (opts StatusOptions) Validate() error {
@@ -56,8 +54,8 @@ func (opts StatusOptions) Validate() error {
 		return fmt.Errorf("-o=%q: want one of %s", opts.Output, strings.Join(Outputs, ", "))
 	}
 	for _, s := range opts.States {
-		if !slices.Contains(PodStates, s) {
-			return fmt.Errorf("--state=%s: want one of %s", s, strings.Join(PodStates, ", "))
+		if !slices.Contains(nodestatus.PodStates, s) {
+			return fmt.Errorf("--state=%s: want one of %s", s, strings.Join(nodestatus.PodStates, ", "))
 		}
 	}
 	return nil
@@ -98,10 +96,10 @@ func Status(ctx context.Context, opts StatusOptions, w io.Writer) error {
 
 // Ask builds the report: this meshlet's /readyz (opts.HealthSocket), and
 // the serving meshlet's summary, pods and settings from its debug socket.
-func Ask(ctx context.Context, opts StatusOptions) Report {
+func Ask(ctx context.Context, opts StatusOptions) nodestatus.Report {
 	socket := filepath.Join(opts.StateDir, SocketName)
-	r := Report{Pods: []Pod{}}
-	var summary Summary
+	r := nodestatus.Report{Pods: []nodestatus.Pod{}}
+	var summary nodestatus.Summary
 	older := false
 	switch err := getDebug(ctx, socket, "/debug/status", &summary); {
 	case errors.Is(err, errNotFound):
@@ -120,24 +118,24 @@ func Ask(ctx context.Context, opts StatusOptions) Report {
 	case opts.HealthSocket != "":
 		r.Status, r.Detail = readyz(ctx, opts.HealthSocket)
 	case r.Summary == nil:
-		r.Status, r.Detail = StatusNotReady, r.Problems[len(r.Problems)-1]
+		r.Status, r.Detail = nodestatus.StatusNotReady, r.Problems[len(r.Problems)-1]
 	case r.Summary.Ready:
-		r.Status, r.Detail = StatusReady, r.Summary.Detail
+		r.Status, r.Detail = nodestatus.StatusReady, r.Summary.Detail
 	default:
-		r.Status, r.Detail = StatusNotReady, r.Summary.Detail
+		r.Status, r.Detail = nodestatus.StatusNotReady, r.Summary.Detail
 	}
 	switch s := r.Summary; {
 	case s == nil:
-	case r.Status == StatusNotReady:
+	case r.Status == nodestatus.StatusNotReady:
 		r.Problems = append(r.Problems, "not ready: "+r.Detail)
-	case r.Status == StatusReady && !s.Mesh.Ready:
+	case r.Status == nodestatus.StatusReady && !s.Mesh.Ready:
 		// meshlet serves, but the node's mesh takes no new pods (no
 		// ztunnel): what the node's taints say.
-		r.Status, r.Detail = StatusNotReady, s.Mesh.Message
+		r.Status, r.Detail = nodestatus.StatusNotReady, s.Mesh.Message
 		r.Problems = append(r.Problems, "not ready: "+r.Detail)
-	case r.Status == StatusStandby && !s.Ready:
+	case r.Status == nodestatus.StatusStandby && !s.Ready:
 		r.Problems = append(r.Problems, "the meshlet serving the node is not ready: "+s.Detail)
-	case r.Status == StatusStandby && !s.Mesh.Ready:
+	case r.Status == nodestatus.StatusStandby && !s.Mesh.Ready:
 		r.Problems = append(r.Problems, "the node's mesh takes no new pods: "+s.Mesh.Message)
 	}
 	if r.Summary != nil || older {
@@ -149,8 +147,8 @@ func Ask(ctx context.Context, opts StatusOptions) Report {
 
 // readPods reads the pods and the settings from the debug socket, and adds
 // the failed pods, and those failed recently, to problems.
-func readPods(ctx context.Context, socket string, opts StatusOptions, summary *Summary, problems []string) ([]Pod, *live.Report, []string) {
-	selected := []Pod{}
+func readPods(ctx context.Context, socket string, opts StatusOptions, summary *nodestatus.Summary, problems []string) ([]nodestatus.Pod, *live.Report, []string) {
+	selected := []nodestatus.Pod{}
 	var pods debugPods
 	if err := getDebug(ctx, socket, "/debug/pods", &pods); err != nil {
 		problems = append(problems, err.Error())
@@ -163,13 +161,13 @@ func readPods(ctx context.Context, socket string, opts StatusOptions, summary *S
 	if summary != nil && len(summary.RecentFailures) > 0 {
 		var names []string
 		for _, f := range summary.RecentFailures {
-			if slices.ContainsFunc(pods.Pods, func(p Pod) bool { return p.UID == f.UID && p.State == "failed" }) {
+			if slices.ContainsFunc(pods.Pods, func(p nodestatus.Pod) bool { return p.UID == f.UID && p.State == "failed" }) {
 				continue // named above
 			}
 			names = append(names, fmt.Sprintf("%s/%s (%d attempt(s), last %s ago): %s", f.Namespace, f.Name, f.Attempts, age(time.Since(f.At)), f.Reason))
 		}
 		if len(names) > 0 {
-			problems = append(problems, fmt.Sprintf("%d mesh pod(s) could not start in the last %v: %s", len(names), FailureWindow, strings.Join(names, "; ")))
+			problems = append(problems, fmt.Sprintf("%d mesh pod(s) could not start in the last %v: %s", len(names), nodestatus.FailureWindow, strings.Join(names, "; ")))
 		}
 	}
 	var settings live.Report
@@ -184,19 +182,19 @@ func readyz(ctx context.Context, socket string) (status, detail string) {
 	answer, err := httpserve.Get(ctx, socket, "/readyz", 3*time.Second, 4096)
 	switch {
 	case err != nil:
-		return StatusNotReady, fmt.Sprintf("this meshlet's health socket %s does not answer: %v", socket, err)
+		return nodestatus.StatusNotReady, fmt.Sprintf("this meshlet's health socket %s does not answer: %v", socket, err)
 	case !answer.OK:
-		return StatusNotReady, strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "not ready: ")
+		return nodestatus.StatusNotReady, strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "not ready: ")
 	}
 	detail = strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "ok: ")
 	if strings.HasPrefix(detail, "standby") {
-		return StatusStandby, detail
+		return nodestatus.StatusStandby, detail
 	}
-	return StatusReady, detail
+	return nodestatus.StatusReady, detail
 }
 
 // failedPods names the failed pods and why.
-func failedPods(pods []Pod) []string {
+func failedPods(pods []nodestatus.Pod) []string {
 	var out []string
 	for _, p := range pods {
 		if p.State == "failed" {
@@ -208,15 +206,15 @@ func failedPods(pods []Pod) []string {
 
 // stateOrder sorts pods: failed first, then enrolled, then the others.
 func stateOrder(state string) int {
-	if i := slices.Index(PodStates, state); i >= 0 {
+	if i := slices.Index(nodestatus.PodStates, state); i >= 0 {
 		return i
 	}
-	return len(PodStates)
+	return len(nodestatus.PodStates)
 }
 
 // selectPods keeps the pods opts asks for, failed first, then enrolled.
-func selectPods(pods []Pod, opts StatusOptions) []Pod {
-	out := []Pod{}
+func selectPods(pods []nodestatus.Pod, opts StatusOptions) []nodestatus.Pod {
+	out := []nodestatus.Pod{}
 	for _, p := range pods {
 		switch {
 		case opts.Namespace != "" && p.Namespace != opts.Namespace:
@@ -226,7 +224,7 @@ func selectPods(pods []Pod, opts StatusOptions) []Pod {
 			out = append(out, p)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Pod) int { return stateOrder(a.State) - stateOrder(b.State) })
+	slices.SortStableFunc(out, func(a, b nodestatus.Pod) int { return stateOrder(a.State) - stateOrder(b.State) })
 	return out
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/meshlet/meshlet/agent"
 	"github.com/meshlet/meshlet/agent/debug"
 	"github.com/meshlet/meshlet/agent/health"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 	"github.com/meshlet/meshlet/cnifallback"
 	"github.com/meshlet/meshlet/internal/flagvalue"
 	"github.com/meshlet/meshlet/internal/version"
@@ -60,7 +61,7 @@ var commands = []command{
 			fs.BoolVar(&opts.Brief, "brief", false, "print one line: the status, and why the node is not OK")
 			fs.BoolVar(&opts.All, "all", false, "list skipped pods too")
 			fs.StringVar(&opts.Namespace, "namespace", "", "list only the pods of this namespace")
-			fs.Var(flagvalue.NewList(&opts.States), "state", "list only pods in these states (comma-separated): "+strings.Join(debug.PodStates, ", "))
+			fs.Var(flagvalue.NewList(&opts.States), "state", "list only pods in these states (comma-separated): "+strings.Join(nodestatus.PodStates, ", "))
 			return func(ctx context.Context, cfg agent.Config, _ []string, stdout io.Writer) error {
 				opts.StateDir, opts.HealthSocket, opts.Output = cfg.StateDir, cfg.HealthSocket, output
 				if err := opts.Validate(); err != nil {

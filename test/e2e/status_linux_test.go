@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meshlet/meshlet/agent/debug"
+	"github.com/meshlet/meshlet/agent/nodestatus"
 	"github.com/meshlet/meshlet/agent/zds/zdstest"
 	"github.com/meshlet/meshlet/test/env"
 )
@@ -22,7 +22,7 @@ import (
 type statusRun struct {
 	code   int
 	out    string
-	report debug.Report
+	report nodestatus.Report
 }
 
 // meshletStatus runs the meshlet binary's status command with args and,
@@ -84,7 +84,7 @@ func TestStatus(t *testing.T) {
 
 	t.Run("no meshlet", func(t *testing.T) {
 		r := meshletStatus(t, e)
-		if r.code != 1 || r.report.Status != debug.StatusNotReady || r.report.Summary != nil || !strings.Contains(r.report.Detail, "no meshlet serves this node") {
+		if r.code != 1 || r.report.Status != nodestatus.StatusNotReady || r.report.Summary != nil || !strings.Contains(r.report.Detail, "no meshlet serves this node") {
 			t.Fatalf("status without a meshlet: exit %d, %+v", r.code, r.report)
 		}
 	})
@@ -106,7 +106,7 @@ func TestStatus(t *testing.T) {
 		}()
 		r := waitStatus(t, e, "the daemon's summary", func(r statusRun) bool { return r.report.Summary != nil })
 		s := r.report.Summary
-		if r.code != 1 || r.report.Status != debug.StatusNotReady || s.RuntimeHook.Connected || s.RuntimeHook.Mode != "nri" ||
+		if r.code != 1 || r.report.Status != nodestatus.StatusNotReady || s.RuntimeHook.Connected || s.RuntimeHook.Mode != "nri" ||
 			!strings.Contains(r.report.Detail, "not connected to the container runtime") {
 			t.Fatalf("status without a runtime: exit %d, %+v, summary %+v", r.code, r.report, s)
 		}
@@ -126,7 +126,7 @@ func TestStatus(t *testing.T) {
 	t.Run("ready", func(t *testing.T) {
 		r := waitStatus(t, e, "the mesh pod enrolled", func(r statusRun) bool { return len(r.report.Pods) == 1 })
 		s := r.report.Summary
-		if r.code != 0 || !r.report.Healthy || r.report.Status != debug.StatusReady || s == nil || !s.Mesh.Ready || !s.RuntimeHook.Connected ||
+		if r.code != 0 || !r.report.Healthy || r.report.Status != nodestatus.StatusReady || s == nil || !s.Mesh.Ready || !s.RuntimeHook.Connected ||
 			s.Ztunnel.Connections != 1 || s.API.Enabled || s.PodCounts["enrolled"] != 1 || s.PodCounts["skipped"] < 1 {
 			t.Fatalf("status on a ready node: exit %d, %+v, summary %+v", r.code, r.report, s)
 		}
@@ -171,7 +171,7 @@ func TestStatus(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		r := waitStatus(t, e, "STANDBY", func(r statusRun) bool { return r.report.Status == debug.StatusStandby }, "--health-socket="+healthSocket)
+		r := waitStatus(t, e, "STANDBY", func(r statusRun) bool { return r.report.Status == nodestatus.StatusStandby }, "--health-socket="+healthSocket)
 		if r.code != 0 || !r.report.Healthy || r.report.Summary == nil || len(r.report.Pods) != 1 {
 			t.Fatalf("status of a ready standby beside a ready meshlet: exit %d, %+v", r.code, r.report)
 		}
@@ -180,7 +180,7 @@ func TestStatus(t *testing.T) {
 	t.Run("no ztunnel", func(t *testing.T) {
 		m.zt.Stop()
 		r := waitStatus(t, e, "no ztunnel", func(r statusRun) bool { return r.report.Summary != nil && r.report.Summary.Ztunnel.Connections == 0 })
-		if r.code != 1 || r.report.Status != debug.StatusNotReady || r.report.Summary.Mesh.Reason != "ztunnel-disconnected" ||
+		if r.code != 1 || r.report.Status != nodestatus.StatusNotReady || r.report.Summary.Mesh.Reason != "ztunnel-disconnected" ||
 			!strings.Contains(r.report.Detail, "no ztunnel is connected") {
 			t.Fatalf("status without ztunnel: exit %d, %+v", r.code, r.report)
 		}
@@ -206,7 +206,7 @@ func TestStatus(t *testing.T) {
 		// The runtime removed the sandbox at once: the pod is in no list
 		// of the node's pods, and the node is not OK until it starts.
 		r := meshletStatus(t, e)
-		if r.code != 1 || r.report.Healthy || r.report.Status != debug.StatusReady || len(r.report.Summary.RecentFailures) != 1 ||
+		if r.code != 1 || r.report.Healthy || r.report.Status != nodestatus.StatusReady || len(r.report.Summary.RecentFailures) != 1 ||
 			r.report.Summary.RecentFailures[0].UID != spec.UID || !strings.Contains(r.report.Summary.RecentFailures[0].Reason, "failed to create inpod proxy") ||
 			!strings.Contains(strings.Join(r.report.Problems, "\n"), "app/refused (1 attempt(s)") {
 			t.Fatalf("status after a pod failed to enroll: exit %d, %+v", r.code, r.report)

@@ -1,4 +1,8 @@
-package debug
+// Package nodestatus is the report meshlet status prints and
+// kubectl-meshlet reads from each node: a node's state as its meshlet sees
+// it, and its pods. It holds types only, so that clients on any platform
+// decode it.
+package nodestatus
 
 import (
 	"time"
@@ -164,3 +168,24 @@ type Pod struct {
 	RetryAt   time.Time `json:"retryAt,omitzero"`
 	LastError string    `json:"lastError,omitempty"`
 }
+
+// FailureWindow is how long a pod's failed enrollment counts against the
+// node in meshlet status after its last attempt, unless it enrolls.
+const FailureWindow = 10 * time.Minute
+
+// Failure is a pod whose last enrollment in a runtime hook failed. The
+// runtime removes such a sandbox at once, and the kubelet tries again
+// with backoff: the pod is then in no list of the node's pods, and only
+// this record says it cannot start.
+type Failure struct {
+	Namespace string    `json:"namespace"`
+	Name      string    `json:"name"`
+	UID       string    `json:"uid"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+	// Attempts counts its failed attempts in a row.
+	Attempts int `json:"attempts"`
+}
+
+// PodStates are the states a pod can be in, as meshlet status names them.
+var PodStates = []string{"failed", "enrolled", "pending", "releasing", "released", "skipped", "unknown"}
