@@ -350,3 +350,33 @@ func writeTarball(path, top string, files []reportFile, mtime time.Time) error {
 	}
 	return nil
 }
+
+// ReadBugReport reads back a report bug-report wrote: each file's content
+// by its path in the archive (top directory included).
+func ReadBugReport(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	tr := tar.NewReader(gz)
+	files := map[string]string{}
+	for {
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: %w", path, hdr.Name, err)
+		}
+		files[hdr.Name] = string(b)
+	}
+}

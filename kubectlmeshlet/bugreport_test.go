@@ -1,12 +1,8 @@
 package kubectlmeshlet
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -27,7 +23,10 @@ func TestBugReport(t *testing.T) {
 	if strings.TrimSpace(out.String()) != file {
 		t.Errorf("printed %q, want the archive's path %s", out.String(), file)
 	}
-	files := readTarball(t, file)
+	files, err := ReadBugReport(file)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var names []string
 	for name := range files {
 		names = append(names, name)
@@ -48,34 +47,5 @@ func TestBugReport(t *testing.T) {
 		if strings.Contains(data, "s3cret") || strings.Contains(data, "meshlet-token") {
 			t.Errorf("%s holds the Secret", name)
 		}
-	}
-}
-
-func readTarball(t *testing.T, file string) map[string]string {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[hdr.Name] = string(b)
 	}
 }

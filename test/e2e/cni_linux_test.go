@@ -34,18 +34,19 @@ type cniCluster struct {
 	seq        int
 }
 
-func startCNICluster(t *testing.T) *cniCluster {
-	privtest.RequireRoot(t)
-	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints (`make test` sets it)")
-	kbin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
-	dir, err := os.MkdirTemp("", "mlcni") // short: socket paths
+// startNoNRIEnv starts a containerd of the test's own with NRI off, in a
+// directory named from prefix (short: socket paths); its logs stay when
+// the test fails.
+func startNoNRIEnv(t *testing.T, bin, prefix string) *env.Env {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	e, err := env.Start(env.Options{BinDir: bin, Dir: dir, DisableNRI: true, Logf: t.Logf})
 	if err != nil {
 		os.RemoveAll(dir)
-		t.Fatal(err)
+		t.Fatalf("containerd without NRI: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := e.Stop(); err != nil {
@@ -57,6 +58,14 @@ func startCNICluster(t *testing.T) *cniCluster {
 		}
 		os.RemoveAll(dir)
 	})
+	return e
+}
+
+func startCNICluster(t *testing.T) *cniCluster {
+	privtest.RequireRoot(t)
+	bin := privtest.RequireEnv(t, "MESHLET_E2E_BIN", "the directory test/env/install-runtime.sh prints (`make test` sets it)")
+	kbin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
+	e := startNoNRIEnv(t, bin, "mlcni")
 	k, err := kubeenv.StartIn(kbin, t.TempDir(), e.NetnsPath())
 	if err != nil {
 		t.Fatal(err)

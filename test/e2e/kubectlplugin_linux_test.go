@@ -1,14 +1,10 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"maps"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -32,7 +28,7 @@ import (
 // DaemonSet (whose pods cannot schedule), and fails on a namespace that
 // enforces baseline; bug-report writes the archive.
 func TestKubectlPlugin(t *testing.T) {
-	e := noNRIEnv(t)
+	e := startNoNRIEnv(t, theEnv(t).BinDir(), "mlkp")
 	c := startClusterOn(t, e, clusterenv.Options{})
 	const tag = "e2e-kubectl"
 	buildImageInto(t, e, tag, false)
@@ -146,7 +142,10 @@ func TestKubectlPlugin(t *testing.T) {
 		if code != kubectlmeshlet.ExitOK || strings.TrimSpace(out) != file {
 			t.Fatalf("bug-report: exit %d, want 0 and the path printed", code)
 		}
-		files := tarballFiles(t, file)
+		files, err := kubectlmeshlet.ReadBugReport(file)
+		if err != nil {
+			t.Fatal(err)
+		}
 		top := "report/"
 		for _, want := range []string{
 			"status/" + env.NodeName + "_" + meshletNamespace + "_" + pod.Name + ".json",
@@ -168,31 +167,6 @@ func TestKubectlPlugin(t *testing.T) {
 	})
 }
 
-// noNRIEnv starts a containerd of the test's own with NRI off.
-func noNRIEnv(t *testing.T) *env.Env {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "mlkp") // short: socket paths
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := env.Start(env.Options{BinDir: theEnv(t).BinDir(), Dir: dir, DisableNRI: true, Logf: t.Logf})
-	if err != nil {
-		os.RemoveAll(dir)
-		t.Fatalf("containerd without NRI: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := e.Stop(); err != nil {
-			t.Errorf("environment teardown: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("logs kept in %s/logs", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	return e
-}
-
 // setNamespaceLabel sets (value "": removes) a label of namespace ns.
 func setNamespaceLabel(t *testing.T, c *clusterenv.Cluster, ns, key, value string) {
 	t.Helper()
@@ -210,36 +184,6 @@ func setNamespaceLabel(t *testing.T, c *clusterenv.Cluster, ns, key, value strin
 	}
 	if _, err := c.Client.CoreV1().Namespaces().Update(context.Background(), obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// tarballFiles reads a .tar.gz's files.
-func tarballFiles(t *testing.T, file string) map[string]string {
-	t.Helper()
-	f, err := os.Open(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[hdr.Name] = string(b)
 	}
 }
 
