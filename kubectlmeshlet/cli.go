@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/meshlet/meshlet/internal/flagenv"
 )
 
 // Exit statuses of kubectl-meshlet.
@@ -116,7 +118,7 @@ func runCommand(ctx context.Context, args []string, stdout io.Writer, conn conne
 	cmd, ok := lookupCommand(name)
 	if !ok {
 		topHelp.err = fmt.Errorf("unknown command %q", name)
-		if s := closest(name, commandNames()); s != "" {
+		if s := flagenv.Closest(name, commandNames()); s != "" {
 			topHelp.err = fmt.Errorf("unknown command %q (did you mean %s?)", name, s)
 		}
 		return ExitUsage, topHelp
@@ -159,7 +161,7 @@ func explainFlagError(err error, fs *pflag.FlagSet) error {
 		name := notExist.GetSpecifiedName()
 		var names []string
 		fs.VisitAll(func(f *pflag.Flag) { names = append(names, f.Name) })
-		if s := closest(name, names); s != "" {
+		if s := flagenv.Closest(name, names); s != "" {
 			return fmt.Errorf("unknown flag --%s (did you mean --%s?)", name, s)
 		}
 		return fmt.Errorf("unknown flag --%s", name)
@@ -238,37 +240,6 @@ func commandNames() []string {
 // body.
 func oneLine(err error) string {
 	return strings.Join(strings.Fields(err.Error()), " ")
-}
-
-// closest is the candidate within two edits of name, or "".
-func closest(name string, candidates []string) string {
-	best, bestD := "", 3
-	for _, c := range candidates {
-		if d := editDistance(name, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	return best
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func printUsage(w io.Writer) {
