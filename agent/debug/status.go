@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/meshlet/meshlet/agent/health"
 	"github.com/meshlet/meshlet/agent/nodesettings/live"
 	"github.com/meshlet/meshlet/agent/nodestatus"
 	"github.com/meshlet/meshlet/internal/httpserve"
@@ -179,15 +180,13 @@ func readPods(ctx context.Context, socket string, opts StatusOptions, summary *n
 
 // readyz is this meshlet's /readyz as a status and its detail.
 func readyz(ctx context.Context, socket string) (status, detail string) {
-	answer, err := httpserve.Get(ctx, socket, "/readyz", 3*time.Second, 4096)
+	ready, detail, err := health.Readyz(ctx, socket)
 	switch {
 	case err != nil:
-		return nodestatus.StatusNotReady, fmt.Sprintf("this meshlet's health socket %s does not answer: %v", socket, err)
-	case !answer.OK:
-		return nodestatus.StatusNotReady, strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "not ready: ")
-	}
-	detail = strings.TrimPrefix(strings.TrimSpace(string(answer.Body)), "ok: ")
-	if strings.HasPrefix(detail, "standby") {
+		return nodestatus.StatusNotReady, "this meshlet's health socket does not answer: " + err.Error()
+	case !ready:
+		return nodestatus.StatusNotReady, detail
+	case detail == health.StandbyDetail:
 		return nodestatus.StatusStandby, detail
 	}
 	return nodestatus.StatusReady, detail

@@ -142,6 +142,27 @@ func Probe(ctx context.Context, socket, endpoint string, out io.Writer) error {
 	return err
 }
 
+// What /readyz's answer starts with.
+const (
+	readyPrefix    = "ok: "
+	notReadyPrefix = "not ready: "
+)
+
+// Readyz asks the meshlet serving socket (--health-socket) for /readyz:
+// whether it is ready, and its detail or why not. err is for a socket
+// that does not answer.
+func Readyz(ctx context.Context, socket string) (ready bool, detail string, err error) {
+	answer, err := httpserve.Get(ctx, socket, "/readyz", 3*time.Second, 4096)
+	if err != nil {
+		return false, "", fmt.Errorf("ask meshlet at %s: %w", socket, err)
+	}
+	body := strings.TrimSpace(string(answer.Body))
+	if !answer.OK {
+		return false, strings.TrimPrefix(body, notReadyPrefix), nil
+	}
+	return true, strings.TrimPrefix(body, readyPrefix), nil
+}
+
 // Handler serves /healthz (the process is alive) and /readyz: ready
 // says, with a detail, whether this meshlet does its part on the node (see
 // readiness), or why not.
@@ -153,10 +174,10 @@ func Handler(ready func() (string, error)) http.Handler {
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		detail, err := ready()
 		if err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			http.Error(w, notReadyPrefix+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintf(w, "ok: %s\n", detail)
+		fmt.Fprintf(w, "%s%s\n", readyPrefix, detail)
 	})
 	return mux
 }

@@ -104,7 +104,10 @@ func TestStatus(t *testing.T) {
 				t.Error(err)
 			}
 		}()
-		r := waitStatus(t, e, "the daemon's summary", func(r statusRun) bool { return r.report.Summary != nil })
+		// Until the pod source has picked NRI, the hook says "choosing".
+		r := waitStatus(t, e, "the NRI hook picked", func(r statusRun) bool {
+			return r.report.Summary != nil && r.report.Summary.RuntimeHook.Mode == "nri"
+		})
 		s := r.report.Summary
 		if r.code != 1 || r.report.Status != nodestatus.StatusNotReady || s.RuntimeHook.Connected || s.RuntimeHook.Mode != "nri" ||
 			!strings.Contains(r.report.Detail, "not connected to the container runtime") {
