@@ -140,6 +140,68 @@ func BenchmarkReprogramIptables(b *testing.B) { benchReprogram(b, BackendIptable
 func BenchmarkRemoveNftables(b *testing.B)    { benchRemove(b, BackendNftables) }
 func BenchmarkRemoveIptables(b *testing.B)    { benchRemove(b, BackendIptables) }
 
+// BenchmarkApplyParts: where Apply's time goes, each part alone on a new
+// pod (dual-stack, DNS capture), as BenchmarkApplyNftables runs them
+// together (routing and the rules concurrently, the node SNAT beside):
+//   - sockets: entering the pod's namespace once for its netlink sockets;
+//   - routing: the ip rule and local route of each family;
+//   - nft-batch: the table, chains and rules in one transaction;
+//   - host-snat: the pod's addresses into the node's probe SNAT sets.
+func BenchmarkApplyParts(b *testing.B) {
+	r := newBareRedirector(b, BackendNftables)
+	ips := []netip.Addr{podV4, podV6}
+	p, err := PlanFor(ips, enroll.Settings{DNSCapture: true}, true)
+	must(b, err)
+	// Each part but "sockets" gets the pod's sockets, opened untimed.
+	parts := []struct {
+		name string
+		run  func(fd int, s *podSockets, uid string) error
+	}{
+		{"sockets", func(fd int, _ *podSockets, _ string) error {
+			s, err := openPodSockets(fd, true)
+			if err == nil {
+				s.close()
+			}
+			return err
+		}},
+		{"routing", func(_ int, s *podSockets, _ string) error { return s.routing().apply(p.Families) }},
+		{"nft-batch", func(_ int, s *podSockets, _ string) error { return applyNftablesOn(s.nft, p) }},
+		{"host-snat", func(_ int, _ *podSockets, uid string) error { return r.probe.add(uid, ips) }},
+	}
+	for _, part := range parts {
+		b.Run(part.name, func(b *testing.B) {
+			dir := b.TempDir()
+			var lat []time.Duration
+			i := 0
+			for b.Loop() {
+				pod, done := freshPod(b, dir, i)
+				i++
+				uid := fmt.Sprint("pod-", i)
+				must(b, pod.WithFd(func(fd int) error {
+					b.StopTimer()
+					s, err := openPodSockets(fd, true)
+					if err != nil {
+						return err
+					}
+					defer s.close()
+					b.StartTimer()
+					start := time.Now()
+					err = part.run(fd, s, uid)
+					lat = append(lat, time.Since(start))
+					return err
+				}))
+				if part.name == "host-snat" {
+					b.StopTimer()
+					must(b, r.probe.delete(uid, ips))
+					b.StartTimer()
+				}
+				done()
+			}
+			latency.Report(b, lat)
+		})
+	}
+}
+
 // BenchmarkHostSNATUpdate: one pod's addresses (IPv4 + IPv6) added to the
 // node's probe SNAT sets, then deleted; each op is one update.
 func BenchmarkHostSNATUpdate(b *testing.B) {

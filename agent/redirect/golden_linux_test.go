@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/nftables"
-
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/agent/netns"
 	"github.com/meshlet/meshlet/agent/netns/netnstest"
@@ -211,10 +209,10 @@ func TestFailedBatchLeavesNothing(t *testing.T) {
 		r := newBareRedirector(t, BackendNftables)
 		pod := podNetns(t)
 		before := fullDump(t, pod)
-		nftBatchHook = func(c *nftables.Conn, tb *nftables.Table) {
+		nftBatchHook = func(b *nftBatch) {
 			// A rule for a chain that does not exist: the kernel rejects the
 			// message, and with it the whole batch.
-			c.AddRule(&nftables.Rule{Table: tb, Chain: &nftables.Chain{Name: "missing", Table: tb}, Exprs: rule().tcp().accept()})
+			b.addRule(TableName, "missing", 1, rule().tcp().accept())
 		}
 		defer func() { nftBatchHook = nil }()
 		w := podWorkload(pod, []netip.Addr{podV4}, enroll.Settings{DNSCapture: true})

@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/meshlet/meshlet/agent/netns"
 )
 
 type chainSpec struct {
@@ -89,9 +93,9 @@ func podRules(p Plan) map[chainSpec][][]expr.Any {
 	return out
 }
 
-// nftBatchHook, when set by a test, runs just before the batch is sent;
+// nftBatchHook, when set by a test, changes the batch before it is sent;
 // it can add a broken message to prove the batch is all-or-nothing.
-var nftBatchHook func(c *nftables.Conn, t *nftables.Table)
+var nftBatchHook func(b *nftBatch)
 
 // applyNftables installs meshlet's table in the netns with the rules for p
 // in one netlink transaction: on any error the netns keeps whatever it had
@@ -103,9 +107,27 @@ var nftBatchHook func(c *nftables.Conn, t *nftables.Table)
 // hook). Only if the table exists (re-apply, a crashed agent's leftovers)
 // is it replaced with add + delete + add.
 func applyNftables(netnsFd int, p Plan) error {
-	err := nftBatch(netnsFd, p, false)
+	var sock int
+	err := netns.RunIn(netnsFd, func() (err error) { sock, err = nftSocket(); return err })
+	if err != nil {
+		return fmt.Errorf("nftables: %w", err)
+	}
+	defer unix.Close(sock)
+	return applyNftablesOn(sock, p)
+}
+
+// applyNftablesOn is applyNftables through sock, a NETLINK_NETFILTER
+// socket opened in the pod's namespace.
+func applyNftablesOn(sock int, p Plan) error {
+	create, err := podBatch(p, false)
+	if err == nil {
+		err = create.send(sock)
+	}
 	if errors.Is(err, unix.EEXIST) {
-		err = nftBatch(netnsFd, p, true)
+		var replace *nftWire
+		if replace, err = podBatch(p, true); err == nil {
+			err = replace.send(sock)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("nftables: apply table inet %s: %w", TableName, err)
@@ -113,19 +135,42 @@ func applyNftables(netnsFd int, p Plan) error {
 	return nil
 }
 
-func nftBatch(netnsFd int, p Plan, replace bool) error {
-	c, err := nftables.New(nftables.WithNetNSFd(netnsFd))
-	if err != nil {
-		return err
+// podBatches caches each plan's batches (create, replace): they depend on
+// the plan only, so a pod's apply sends bytes marshalled once.
+var podBatches [16][2]struct {
+	once sync.Once
+	wire *nftWire
+	err  error
+}
+
+// podBatch is the batch that writes plan p's table: created where none
+// exists, or replacing the one there.
+func podBatch(p Plan, replace bool) (*nftWire, error) {
+	if nftBatchHook != nil {
+		return buildPodBatch(p, replace)
 	}
-	t := &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+	has4, has6 := slices.Contains(p.Families, IPv4), slices.Contains(p.Families, IPv6)
+	c := &podBatches[planIndex(has4, has6, p.DNSCapture, p.InboundCapture)][boolIndex(replace)]
+	c.once.Do(func() { c.wire, c.err = buildPodBatch(p, replace) })
+	return c.wire, c.err
+}
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func buildPodBatch(p Plan, replace bool) (*nftWire, error) {
+	b := newNftBatch(byte(nftables.TableFamilyINet))
 	if replace {
 		// add + delete + add replaces a stale or partial table atomically.
-		c.AddTable(t)
-		c.DelTable(t)
-		c.AddTable(t)
+		b.addTable(TableName, false)
+		b.delTable(TableName)
+		b.addTable(TableName, false)
 	} else {
-		c.CreateTable(t)
+		b.addTable(TableName, true)
 	}
 	rules := podRules(p)
 	for _, spec := range chainOrder {
@@ -133,15 +178,15 @@ func nftBatch(netnsFd int, p Plan, replace bool) error {
 		if len(rs) == 0 {
 			continue
 		}
-		ch := c.AddChain(&nftables.Chain{Name: spec.name, Table: t, Type: spec.typ, Hooknum: spec.hook, Priority: spec.priority})
-		for _, r := range rs {
-			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: r})
+		b.addChain(TableName, spec)
+		for i, r := range rs {
+			b.addRule(TableName, spec.name, i+1, r)
 		}
 	}
 	if nftBatchHook != nil {
-		nftBatchHook(c, t)
+		nftBatchHook(b)
 	}
-	return c.Flush()
+	return b.wire()
 }
 
 // removeNftables deletes meshlet's table from the netns, if present. The

@@ -305,17 +305,29 @@ func (r *Redirector) apply(ctx context.Context, fd int, uid string, ips []netip.
 	logger := klog.FromContext(ctx)
 	var routeErr, hostErr error
 	var wg sync.WaitGroup
-	wg.Go(func() { routeErr = applyRouting(fd, p.Families) })
 	wg.Go(func() { hostErr = r.probe.add(uid, ips) })
+	_, nft := r.backend.(nftBackend)
+	socks, routeErr := openPodSockets(fd, nft)
 	var ruleErr error
-	wroteRules := true
-	if prev != nil && prev.keep && r.rulesPresent(fd) {
+	wroteRules := routeErr == nil
+	switch {
+	case routeErr != nil:
+	case prev != nil && prev.keep && r.rulesPresent(fd):
 		logger.V(2).Info("Kept the redirection a previous agent applied", "plan", p)
 		wroteRules = false
-	} else {
-		ruleErr = r.backend.apply(ctx, fd, p)
+		routeErr = socks.routing().apply(p.Families)
+	default:
+		wg.Go(func() { routeErr = socks.routing().apply(p.Families) })
+		if nft {
+			ruleErr = applyNftablesOn(socks.nft, p)
+		} else {
+			ruleErr = r.backend.apply(ctx, fd, p)
+		}
 	}
 	wg.Wait()
+	if socks != nil {
+		socks.close()
+	}
 	err := errors.Join(routeErr, ruleErr, hostErr)
 	switch {
 	case err == nil && prev != nil:

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/nftables"
-
 	"github.com/meshlet/meshlet/agent/enroll"
 	"github.com/meshlet/meshlet/internal/privtest"
 )
@@ -74,10 +72,10 @@ func failNextWrite(t *testing.T, b Backend) {
 		// Two batches: the pod has the table, so the first (create) fails
 		// on it anyway, and apply replaces it with the second.
 		broken := 0
-		nftBatchHook = func(c *nftables.Conn, tb *nftables.Table) {
+		nftBatchHook = func(b *nftBatch) {
 			if broken < 2 {
 				broken++
-				c.AddRule(&nftables.Rule{Table: tb, Chain: &nftables.Chain{Name: "missing", Table: tb}, Exprs: rule().tcp().accept()})
+				b.addRule(TableName, "missing", 1, rule().tcp().accept())
 			}
 		}
 		t.Cleanup(func() { nftBatchHook = nil })

@@ -134,14 +134,42 @@ func isAbsent(err error) bool {
 	return errors.Is(err, unix.ESRCH) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EAFNOSUPPORT)
 }
 
-// applyRouting sets up the proxy routing in the netns.
-func applyRouting(netnsFd int, families []Family) error {
-	rt, err := openRouting(netnsFd)
-	if err != nil {
+// podSockets are the netlink sockets apply writes a pod's namespace
+// through, made in a single entry into it: routing, and the nftables
+// batch where that is the backend.
+type podSockets struct {
+	route *netlink.Handle
+	nft   int // -1: none
+}
+
+func openPodSockets(netnsFd int, nft bool) (*podSockets, error) {
+	s := &podSockets{nft: -1}
+	err := netns.RunIn(netnsFd, func() error {
+		var err error
+		if s.route, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+			return fmt.Errorf("netlink handle in pod netns: %w", err)
+		}
+		if nft {
+			s.nft, err = nftSocket()
+		}
 		return err
+	})
+	if err != nil {
+		s.close() // also what RunIn made before it failed
+		return nil, err
 	}
-	defer rt.close()
-	return rt.apply(families)
+	return s, nil
+}
+
+func (s *podSockets) routing() *routing { return &routing{h: s.route, lo: loopbackIndex} }
+
+func (s *podSockets) close() {
+	if s.route != nil {
+		s.route.Close()
+	}
+	if s.nft >= 0 {
+		_ = unix.Close(s.nft)
+	}
 }
 
 // removeRouting removes the proxy routing of the given families (both
