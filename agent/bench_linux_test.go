@@ -28,7 +28,7 @@ import (
 // Reports pods/s and this process's resident memory once 110 pods (the
 // kubelet's default maxPods) and once all b.N pods are enrolled. The
 // process is the test binary: the figure bounds the core's, it is not the
-// daemon's (BenchmarkMeshlet100Pods in test/e2e measures the daemon).
+// daemon's (BenchmarkMeshletMemory in test/e2e measures the daemon).
 func BenchmarkEnrollSerial(b *testing.B) {
 	privtest.RequireRoot(b)
 	ctx := klog.NewContext(context.Background(), logr.Discard())

@@ -81,6 +81,9 @@ func NewWatcher(client kubernetes.Interface, cfg WatcherConfig) *Watcher {
 	w.nsList = w.factory.Core().V1().Namespaces().Lister()
 	w.podInf = w.pfactory.Core().V1().Pods().Informer()
 	w.podList = w.pfactory.Core().V1().Pods().Lister()
+	// Before Start, as SetTransform requires: it cannot fail here.
+	_ = w.nsInf.SetTransform(trimNamespace)
+	_ = w.podInf.SetTransform(trimPod)
 	_, _ = w.nsInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { w.notify() },
 		// Any label: the node settings may change which ones select

@@ -70,7 +70,7 @@ func TestPodWithAPIServer(t *testing.T) {
 // the shared environment's netns, where meshlet reaches them, until the
 // test ends.
 // It returns an admin client and the kubeconfig file meshlet is given.
-func apiServer(t *testing.T, apiserverArgs ...string) (kubernetes.Interface, string) {
+func apiServer(t testing.TB, apiserverArgs ...string) (kubernetes.Interface, string) {
 	t.Helper()
 	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
 	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath(), apiserverArgs...)
