@@ -329,6 +329,8 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "metrics.prometheusRule.severity=page"}, []string{"/metrics/prometheusRule", "severity"}},
 		{[]string{"--set", "dashboards.enable=true"}, []string{"/dashboards", "enable"}},
 		{[]string{"--set", "replicas=2"}, []string{"replicas"}},
+		{[]string{"--set", "goMemLimitPercent=120"}, []string{"/goMemLimitPercent"}},
+		{[]string{"--set", "resources.limits.memory=1.5Gi"}, []string{"resources.limits.memory=1.5Gi", "goMemLimitPercent"}},
 		// Flags the chart derives from other values: the error names the value.
 		{[]string{"--set", "config.cri-socket=/run/crio/crio.sock"}, []string{"config.cri-socket", "paths.criSocket"}},
 		{[]string{"--set", "config.cni-bin-dir=/x"}, []string{"config.cni-bin-dir", "paths.cniBinDir"}},
@@ -657,6 +659,34 @@ func TestChartPlatforms(t *testing.T) {
 }
 
 // TestChartDaemonSet: the DaemonSet's fixed shape and its values.
+// TestChartGoMemLimit: GOMEMLIMIT is goMemLimitPercent of the memory
+// limit, in bytes, whatever unit the limit is written in; none without a
+// limit or with goMemLimitPercent=0.
+func TestChartGoMemLimit(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "": no GOMEMLIMIT
+	}{
+		{nil, "120795955"}, // 90% of the default 128Mi
+		{[]string{"--set", "resources.limits.memory=200M"}, "180000000"},
+		{[]string{"--set", "resources.limits.memory=1Gi,goMemLimitPercent=50"}, "536870912"},
+		{[]string{"--set", "resources.limits.memory=100000000"}, "90000000"},
+		{[]string{"--set", "goMemLimitPercent=0"}, ""},
+		{[]string{"--set", "resources.limits=null"}, ""},
+	} {
+		c := only[*appsv1.DaemonSet](t, render(t, tc.args...)).Spec.Template.Spec.Containers[0]
+		got := ""
+		for _, e := range c.Env {
+			if e.Name == "GOMEMLIMIT" {
+				got = e.Value
+			}
+		}
+		if got != tc.want {
+			t.Errorf("%v: GOMEMLIMIT %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
 func TestChartDaemonSet(t *testing.T) {
 	ds := only[*appsv1.DaemonSet](t, render(t))
 	spec := ds.Spec.Template.Spec

@@ -413,3 +413,26 @@ set; as YAML.
 {{- end -}}
 {{- toYaml $sc -}}
 {{- end -}}
+
+{{/*
+meshlet.goMemLimit: GOMEMLIMIT for the meshlet container, in bytes:
+goMemLimitPercent of resources.limits.memory ("" without a limit, or with
+goMemLimitPercent 0). The Go runtime then collects harder as its memory
+nears the limit instead of growing the heap into an OOM kill; the rest of
+the limit is left for what it does not count (the binary's pages, the
+kernel's socket buffers).
+*/}}
+{{- define "meshlet.goMemLimit" -}}
+{{- $limit := ((.Values.resources).limits).memory -}}
+{{- $percent := int .Values.goMemLimitPercent -}}
+{{- if and $limit (gt $percent 0) -}}
+{{- $q := toString $limit -}}
+{{- $number := regexFind "^[0-9]+" $q -}}
+{{- $suffix := trimPrefix $number $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if or (not $number) (not (hasKey $units $suffix)) -}}
+{{- fail (printf "resources.limits.memory=%s: goMemLimitPercent needs a whole number of bytes or of k, M, G, T, Ki, Mi, Gi, Ti (or set goMemLimitPercent to 0)" $q) -}}
+{{- end -}}
+{{- div (mul (int64 $number) (get $units $suffix) $percent) 100 -}}
+{{- end -}}
+{{- end }}
