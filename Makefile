@@ -6,16 +6,25 @@ CACHE_DIR     ?= $(HOME)/.cache/meshlet
 PROTOC_GEN_GO_VERSION := v1.36.12
 STATICCHECK_VERSION   := v0.8.2
 GOVULNCHECK_VERSION   := v1.9.0
+BENCHSTAT_VERSION     := v0.0.0-20260908200009-22c9c6c9d4da
 # The vulnerability database: golang.org/x/vulndb's OSV files at this
 # version (the module proxy serves it), indexed for govulncheck.
 VULNDB_VERSION        := v0.0.0-20261105234957-e22db6528018
 PROTOC_GEN_GO := $(CACHE_DIR)/tools/protoc-gen-go-$(PROTOC_GEN_GO_VERSION)/protoc-gen-go
 STATICCHECK   := $(CACHE_DIR)/tools/staticcheck-$(STATICCHECK_VERSION)/staticcheck
 GOVULNCHECK   := $(CACHE_DIR)/tools/govulncheck-$(GOVULNCHECK_VERSION)/govulncheck
+BENCHSTAT     := $(CACHE_DIR)/tools/benchstat-$(BENCHSTAT_VERSION)/benchstat
+# make bench's figures on this machine, committed: bench.txt is compared
+# with them.
+BENCH_BASELINE := test/bench/baseline.txt
 VULNDB        := $(CACHE_DIR)/tools/vulndb-$(VULNDB_VERSION)
 CHART         := deploy/charts/meshlet
 HELM_PROFILES := containerd k3s
 BIN           := bin
+# The build tags of every meshlet binary (internal/buildflags.Tags, which
+# the image and the tests build with; TestMakefileBuildTags checks the two
+# agree).
+GO_TAGS       := grpcnotrace
 # The version images and binaries are stamped with: the tag on HEAD, else dev.
 VERSION       ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 # A cold machine builds the image inside the image test and meshlet inside
@@ -34,7 +43,7 @@ HOST_ARCH     := $(shell $(GO) env GOARCH)
 IMAGE_TEST_PLATFORMS ?= linux/$(if $(filter amd64 arm64,$(HOST_ARCH)),$(HOST_ARCH),amd64)
 PROTOS        := agent/zds/zdspb/zds.proto
 
-.PHONY: all build version image image-test test bench soak fuzz lint generate verify-generated manifests docs deps demo demo-dra demo-cni clean
+.PHONY: all build version image image-test test bench bench-baseline soak fuzz lint generate verify-generated manifests docs deps demo demo-dra demo-cni clean
 
 all: build
 
@@ -44,10 +53,10 @@ all: build
 ## kubectl-meshlet (docs/kubectl-plugin.md) into bin/
 build:
 	$(GO) build ./...
-	$(GO) build -o $(BIN)/meshlet ./cmd/meshlet
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-cni ./cmd/meshlet-cni
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-gate ./cmd/meshlet-gate
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-X github.com/meshlet/meshlet/internal/version.Version=$(VERSION)' -o $(BIN)/kubectl-meshlet ./cmd/kubectl-meshlet
+	$(GO) build -tags $(GO_TAGS) -o $(BIN)/meshlet ./cmd/meshlet
+	CGO_ENABLED=0 $(GO) build -tags $(GO_TAGS) -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-cni ./cmd/meshlet-cni
+	CGO_ENABLED=0 $(GO) build -tags $(GO_TAGS) -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-gate ./cmd/meshlet-gate
+	CGO_ENABLED=0 $(GO) build -tags $(GO_TAGS) -trimpath -ldflags '-X github.com/meshlet/meshlet/internal/version.Version=$(VERSION)' -o $(BIN)/kubectl-meshlet ./cmd/kubectl-meshlet
 
 ## version: print the version make image tags and stamps (git describe
 ## --tags --exact-match, else dev; VERSION=... overrides)
@@ -85,16 +94,33 @@ image-test: deps
 	MESHLET_E2E_BIN="$$(test/env/install-runtime.sh | tail -n 1)" && export MESHLET_E2E_BIN && \
 	  MESHLET_IMAGE_TEST_PLATFORMS= $(GO) test -count=1 -timeout 60m ./hack/mkimage/
 
-## bench: every benchmark with a latency or cost target, repeated for benchstat (bench.txt)
-bench: deps
-	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && { \
+## bench: every benchmark with a latency or cost target, repeated for
+## benchstat (bench.txt); then the headline figures against their goals
+## (hack/benchfigures) and benchstat against the committed baseline
+## (BENCH_BASELINE; make bench-baseline replaces it with bench.txt)
+bench: deps $(BENCHSTAT)
+	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
+	istiorules="$$(test/env/install-istio-rules.sh | tail -n 1)" && { \
 	  $(GO) test -run '^$$' -bench . -benchmem -count 10 ./agent/enroll/ ./agent/zds/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 100x -count 3 ./cnifallback/chaintest/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 300x -count 6 ./agent/redirect/ && \
+	  "$$istiorules" -n 300 -count 6 && \
 	  $(GO) test -run '^$$' -bench EnrollSerial -benchtime 1000x -count 3 ./agent/ && \
 	  $(GO) test -run '^$$' -bench SynchronizeAdopts -benchtime 3x -count 3 ./agent/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
-	  $(GO) test -run '^$$' -bench . -benchtime 20x -count 2 ./test/e2e/ ; } | tee bench.txt
+	  $(GO) test -run '^$$' -bench RunPodSandbox -benchtime 100x -count 3 ./test/e2e/ && \
+	  $(GO) test -run '^$$' -bench 'DRA|GateContainerStart' -benchtime 20x -count 2 ./test/e2e/ && \
+	  $(GO) test -run '^$$' -bench 'MeshletMemory/.*/pods=100$$' -benchtime 1x -count 3 ./test/e2e/ && \
+	  $(GO) test -run '^$$' -bench 'MeshletMemory/.*/pods=1000$$' -benchtime 1x -count 1 ./test/e2e/ && \
+	  $(GO) test -run '^$$' -bench Soak -benchtime 20x -count 1 ./test/e2e/ && \
+	  CGO_ENABLED=0 $(GO) build -tags $(GO_TAGS) -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-stripped ./cmd/meshlet && \
+	  echo "BenchmarkStrippedBinary/meshlet 1 $$(stat -c %s $(BIN)/meshlet-stripped) bytes" ; } | tee bench.txt
+	$(GO) run ./hack/benchfigures bench.txt
+	$(BENCHSTAT) $(BENCH_BASELINE) bench.txt
+
+## bench-baseline: bench.txt becomes the committed baseline
+bench-baseline:
+	cp bench.txt $(BENCH_BASELINE)
 
 ## soak: 2,000 pod create/delete cycles on the real runtime (SOAK_CYCLES);
 ## meshlet's memory, goroutines, descriptors, probe SNAT entries and pods
@@ -150,6 +176,9 @@ $(PROTOC_GEN_GO):
 
 $(STATICCHECK):
 	GOBIN=$(dir $@) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+
+$(BENCHSTAT):
+	GOBIN=$(dir $@) $(GO) install golang.org/x/perf/cmd/benchstat@$(BENCHSTAT_VERSION)
 
 $(GOVULNCHECK):
 	GOBIN=$(dir $@) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)

@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/meshlet/meshlet/internal/buildflags"
 )
 
 // Platform is one architecture of the image.
@@ -64,7 +66,7 @@ func buildBinaries(ctx context.Context, root, dir, version string, plats []Platf
 		// One go build per platform for both commands: the packages they
 		// share are loaded once. With several main packages, -o names a
 		// directory.
-		args := []string{"build", "-trimpath", "-ldflags", ldflags, "-o", d + string(filepath.Separator)}
+		args := []string{"build", "-trimpath", "-tags", buildflags.Tags, "-ldflags", ldflags, "-o", d + string(filepath.Separator)}
 		bins := Binaries{}
 		for _, c := range Commands {
 			args = append(args, c.Pkg)

@@ -221,7 +221,7 @@ func benchMeshletMemory(b *testing.B, api bool, pods int) {
 func deploymentPod(name string) *corev1.Pod {
 	container := func(name string, port int32) corev1.Container {
 		return corev1.Container{Name: name, Image: env.Image,
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: port}},
+			Ports: []corev1.ContainerPort{{Name: name + "-http", ContainerPort: port}},
 			Env: []corev1.EnvVar{{Name: "LOG_LEVEL", Value: "info"}, {Name: "POD_NAME",
 				ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
 			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/meshlet/meshlet/internal/buildflags"
+
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -232,7 +234,9 @@ func (e *Env) build() error {
 		builds = append(builds, build{e.path("bin", "oomrunc"), "./test/env/oomrunc", trimpath, noCgo})
 	}
 	for _, b := range builds {
-		cmd := exec.Command("go", append(append([]string{"build"}, b.flags...), "-o", b.out, b.pkg)...)
+		// With the shipped binaries' tags, also for those meshlet does
+		// not ship: they share the compiled packages.
+		cmd := exec.Command("go", append(append([]string{"build", "-tags", buildflags.Tags}, b.flags...), "-o", b.out, b.pkg)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), b.env...)
 		if out, err := cmd.CombinedOutput(); err != nil {
