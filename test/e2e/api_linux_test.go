@@ -72,8 +72,14 @@ func TestPodWithAPIServer(t *testing.T) {
 // It returns an admin client and the kubeconfig file meshlet is given.
 func apiServer(t testing.TB, apiserverArgs ...string) (kubernetes.Interface, string) {
 	t.Helper()
+	return apiServerIn(t, theEnv(t), apiserverArgs...)
+}
+
+// apiServerIn is apiServer in environment e's netns.
+func apiServerIn(t testing.TB, e *env.Env, apiserverArgs ...string) (kubernetes.Interface, string) {
+	t.Helper()
 	bin := privtest.RequireEnv(t, "MESHLET_KUBE_BIN", "the directory test/env/install-kube.sh prints (`make test` sets it)")
-	k, err := kubeenv.StartIn(bin, t.TempDir(), theEnv(t).NetnsPath(), apiserverArgs...)
+	k, err := kubeenv.StartIn(bin, t.TempDir(), e.NetnsPath(), apiserverArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}

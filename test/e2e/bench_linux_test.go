@@ -139,11 +139,15 @@ func BenchmarkMeshletMemory(b *testing.B) {
 }
 
 func benchMeshletMemory(b *testing.B, api bool, pods int) {
+	e := theEnv(b)
+	if pods > 200 {
+		e = roomyEnv(b) // the shared one's pod network is a /24
+	}
 	var m *mesh
 	var client kubernetes.Interface
 	if api {
 		var kubeconfig string
-		client, kubeconfig = apiServer(b)
+		client, kubeconfig = apiServerIn(b, e)
 		if _, err := client.CoreV1().Namespaces().Create(context.Background(),
 			&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "app", Labels: ambient}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
@@ -153,14 +157,14 @@ func benchMeshletMemory(b *testing.B, api bool, pods int) {
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		m = startMesh(b, "--kubeconfig="+kubeconfig, "--dra=false") // no kubelet here
+		m = startMeshIn(b, e, "--kubeconfig="+kubeconfig, "--dra=false") // no kubelet here
 	} else {
-		m = startMesh(b)
+		m = startMeshIn(b, e)
 	}
 	var ids []string
 	b.Cleanup(func() {
 		for _, id := range ids {
-			_ = theEnv(b).RemovePod(id)
+			_ = e.RemovePod(id)
 		}
 	})
 	for b.Loop() {
@@ -176,7 +180,7 @@ func benchMeshletMemory(b *testing.B, api bool, pods int) {
 				}
 				spec.UID = string(p.UID)
 			}
-			id, err := theEnv(b).RunPod(spec)
+			id, err := e.RunPod(spec)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -212,6 +216,23 @@ func benchMeshletMemory(b *testing.B, api bool, pods int) {
 	if n := len(zdstestAdds(m)); n != pods {
 		b.Fatalf("after restart ztunnel got %d adds, want %d", n, pods)
 	}
+}
+
+// roomyEnv starts a containerd of the test's own whose pod network holds
+// 4,094 addresses, stopped when the test ends.
+func roomyEnv(b *testing.B) *env.Env {
+	b.Helper()
+	shared := theEnv(b)
+	e, err := env.Start(env.Options{BinDir: shared.BinDir(), Dir: b.TempDir(), Subnet: "10.220.0.0/20", Logf: b.Logf})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := e.Stop(); err != nil {
+			b.Errorf("stop the environment: %v", err)
+		}
+	})
+	return e
 }
 
 // deploymentPod is a pod as a Deployment's would be on a cluster, on this
