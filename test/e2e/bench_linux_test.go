@@ -223,14 +223,23 @@ func benchMeshletMemory(b *testing.B, api bool, pods int) {
 func roomyEnv(b *testing.B) *env.Env {
 	b.Helper()
 	shared := theEnv(b)
-	e, err := env.Start(env.Options{BinDir: shared.BinDir(), Dir: b.TempDir(), Subnet: "10.220.0.0/20", Logf: b.Logf})
+	// Not under b.TempDir(): the runtime's sockets are made in it, and
+	// the benchmark's long name would put them past a socket path's
+	// 108 bytes.
+	dir, err := os.MkdirTemp("", "mle2e-roomy")
 	if err != nil {
+		b.Fatal(err)
+	}
+	e, err := env.Start(env.Options{BinDir: shared.BinDir(), Dir: dir, Subnet: "10.220.0.0/20", Logf: b.Logf})
+	if err != nil {
+		_ = os.RemoveAll(dir)
 		b.Fatal(err)
 	}
 	b.Cleanup(func() {
 		if err := e.Stop(); err != nil {
 			b.Errorf("stop the environment: %v", err)
 		}
+		_ = os.RemoveAll(dir)
 	})
 	return e
 }
