@@ -77,9 +77,13 @@ type Sources struct {
 	NetnsPaths func(inodes []uint64) map[uint64]string
 }
 
-// Handler serves /debug/pods, /debug/status and /debug/settings.
+// Handler serves /debug/pods, /debug/status, /debug/settings and the
+// runtime's profiles (/debug/pprof/heap, allocs, goroutine).
 func Handler(src Sources) http.Handler {
 	mux := http.NewServeMux()
+	for _, name := range profiles {
+		mux.HandleFunc("/debug/pprof/"+name, serveProfile(name))
+	}
 	mux.HandleFunc("/debug/settings", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, src.Settings())
 	})

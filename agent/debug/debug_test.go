@@ -121,3 +121,26 @@ func TestPodStatesNameEveryState(t *testing.T) {
 		}
 	}
 }
+
+// TestProfiles: the runtime's profiles, as go tool pprof reads them
+// (gzipped) and as text; a bad debug level is refused.
+func TestProfiles(t *testing.T) {
+	h := Handler(Sources{})
+	get := func(url string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", url, nil))
+		return rec
+	}
+	for _, name := range []string{"heap", "allocs", "goroutine"} {
+		rec := get("/debug/pprof/" + name + "?gc=1")
+		if b := rec.Body.Bytes(); rec.Code != 200 || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+			t.Errorf("%s: %d, want a gzipped profile (%.20q)", name, rec.Code, b)
+		}
+	}
+	if rec := get("/debug/pprof/goroutine?debug=2"); rec.Code != 200 || !strings.Contains(rec.Body.String(), "TestProfiles") {
+		t.Errorf("goroutine?debug=2: %d, want every stack, this test's among them:\n%.300s", rec.Code, rec.Body.String())
+	}
+	if rec := get("/debug/pprof/heap?debug=7"); rec.Code != 400 || !strings.Contains(rec.Body.String(), "debug=") {
+		t.Errorf("heap?debug=7: %d %q, want 400 naming debug", rec.Code, rec.Body.String())
+	}
+}
