@@ -83,12 +83,12 @@ func podRules(p Plan) map[chainSpec][][]expr.Any {
 	if p.DNSCapture {
 		add(chainOutNAT, any().oifname(expr.CmpOpNeq, "lo").udp().markNot(ProxyMark).dport(53).redirect(PortDNS))
 		perFamily(func(f Family, lo, probe netip.Addr) {
-			add(chainOutNAT, rule().family(f).daddrNot(lo).daddrNot(probe).tcp().dport(53).markNot(ProxyMark).redirect(PortDNS))
+			add(chainOutNAT, rule().family(f).daddrNotEither(lo, probe).tcp().dport(53).markNot(ProxyMark).redirect(PortDNS))
 		})
 	}
 	perFamily(func(f Family, lo, probe netip.Addr) {
-		add(chainOutNAT, rule().family(f).daddrNot(lo).daddrNot(probe).oifname(expr.CmpOpNeq, "lo").tcp().
-			markNot(ProxyMark).markNot(ConnMark).redirect(PortOutbound))
+		add(chainOutNAT, rule().family(f).daddrNotEither(lo, probe).oifname(expr.CmpOpNeq, "lo").tcp().
+			markNotEither(ProxyMark, ConnMark).redirect(PortOutbound))
 	})
 	return out
 }

@@ -51,6 +51,14 @@ func (m match) addr(dst bool, op expr.CmpOp, a netip.Addr) match {
 
 func (m match) saddrNot(a netip.Addr) match { return m.addr(false, expr.CmpOpNeq, a) }
 func (m match) daddrNot(a netip.Addr) match { return m.addr(true, expr.CmpOpNeq, a) }
+
+// daddrNotEither: ip/ip6 daddr != a ip/ip6 daddr != b, the address loaded
+// once and compared twice (nft prints it as the two matches): the kernel
+// looks every expression of a rule up by name, a cost inside the
+// runtime's hook.
+func (m match) daddrNotEither(a, b netip.Addr) match {
+	return m.daddrNot(a).cmp(expr.CmpOpNeq, b.AsSlice())
+}
 func (m match) port(dst bool, op expr.CmpOp, p uint16) match {
 	var off uint32 // source port
 	if dst {
@@ -85,6 +93,12 @@ func ctMark() expr.Any   { return &expr.Ct{Key: expr.CtKeyMARK, Register: 1} }
 
 func (m match) mark(v uint32) match     { return m.masked(metaMark(), expr.CmpOpEq, v) }
 func (m match) markNot(v uint32) match  { return m.masked(metaMark(), expr.CmpOpNeq, v) }
+
+// markNotEither: meta mark & MarkMask != a meta mark & MarkMask != b, the
+// masked mark computed once (as daddrNotEither).
+func (m match) markNotEither(a, b uint32) match {
+	return m.markNot(a).cmp(expr.CmpOpNeq, binaryutil.NativeEndian.PutUint32(b))
+}
 func (m match) ctMarkIs(v uint32) match { return m.masked(ctMark(), expr.CmpOpEq, v) }
 
 // accept ends the rule: accept.
