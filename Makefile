@@ -108,9 +108,9 @@ bench: deps $(BENCHSTAT)
 	  $(GO) test -run '^$$' -bench EnrollSerial -benchtime 1000x -count 3 ./agent/ && \
 	  $(GO) test -run '^$$' -bench SynchronizeAdopts -benchtime 3x -count 3 ./agent/ && \
 	  $(GO) test -run '^$$' -bench . -benchtime 200x -count 6 ./agent/kube/ && \
-	  $(GO) test -run '^$$' -bench RunPodSandbox -benchtime 100x -count 3 ./test/e2e/ && \
+	  $(GO) test -run '^$$' -bench RunPodSandbox -benchtime 100x -count 6 ./test/e2e/ && \
 	  $(GO) test -run '^$$' -bench 'DRA|GateContainerStart' -benchtime 20x -count 2 ./test/e2e/ && \
-	  $(GO) test -run '^$$' -bench 'MeshletMemory/.*/pods=100$$' -benchtime 1x -count 3 ./test/e2e/ && \
+	  $(GO) test -run '^$$' -bench 'MeshletMemory/.*/pods=100$$' -benchtime 1x -count 6 ./test/e2e/ && \
 	  $(GO) test -run '^$$' -bench 'MeshletMemory/.*/pods=1000$$' -benchtime 1x -count 1 ./test/e2e/ && \
 	  $(GO) test -run '^$$' -bench Soak -benchtime 20x -count 1 ./test/e2e/ && \
 	  CGO_ENABLED=0 $(GO) build -tags $(GO_TAGS) -trimpath -ldflags '-s -w' -o $(BIN)/meshlet-stripped ./cmd/meshlet && \
