@@ -31,8 +31,8 @@ func fullPod() *corev1.Pod {
 			Containers:     []corev1.Container{{Name: "app", Image: "reviews:v1", Env: []corev1.EnvVar{{Name: "A", Value: "b"}}}},
 			Volumes:        []corev1.Volume{{Name: "token"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.1.0.5"}},
-			Conditions:            []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			ResourceClaimStatuses: []corev1.PodResourceClaimStatus{{Name: "tmpl", ResourceClaimName: &claim}},
+			Conditions:                  []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			ResourceClaimStatuses:       []corev1.PodResourceClaimStatus{{Name: "tmpl", ResourceClaimName: &claim}},
 			ExtendedResourceClaimStatus: &corev1.PodExtendedResourceClaimStatus{ResourceClaimName: "ext"}},
 	}
 }

@@ -91,8 +91,8 @@ func (m match) masked(load expr.Any, op expr.CmpOp, v uint32) match {
 func metaMark() expr.Any { return &expr.Meta{Key: expr.MetaKeyMARK, Register: 1} }
 func ctMark() expr.Any   { return &expr.Ct{Key: expr.CtKeyMARK, Register: 1} }
 
-func (m match) mark(v uint32) match     { return m.masked(metaMark(), expr.CmpOpEq, v) }
-func (m match) markNot(v uint32) match  { return m.masked(metaMark(), expr.CmpOpNeq, v) }
+func (m match) mark(v uint32) match    { return m.masked(metaMark(), expr.CmpOpEq, v) }
+func (m match) markNot(v uint32) match { return m.masked(metaMark(), expr.CmpOpNeq, v) }
 
 // markNotEither: meta mark & MarkMask != a meta mark & MarkMask != b, the
 // masked mark computed once (as daddrNotEither).
