@@ -98,6 +98,9 @@ image-test: deps
 ## benchstat (bench.txt); then the headline figures against their goals
 ## (hack/benchfigures) and benchstat against the committed baseline
 ## (BENCH_BASELINE; make bench-baseline replaces it with bench.txt)
+# A benchmark that fails fails make bench, through the pipe into tee too.
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
 bench: deps $(BENCHSTAT)
 	env="$$(./hack/install-test-bins.sh)" && eval "$$env" && \
 	istiorules="$$(test/env/install-istio-rules.sh | tail -n 1)" && { \

@@ -107,12 +107,14 @@ var nftBatchHook func(b *nftBatch)
 // hook). Only if the table exists (re-apply, a crashed agent's leftovers)
 // is it replaced with add + delete + add.
 func applyNftables(netnsFd int, p Plan) error {
-	var sock int
+	sock := -1
 	err := netns.RunIn(netnsFd, func() (err error) { sock, err = nftSocket(); return err })
+	if sock >= 0 {
+		defer unix.Close(sock) // also when RunIn failed after making it
+	}
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
-	defer unix.Close(sock)
 	return applyNftablesOn(sock, p)
 }
 
@@ -150,8 +152,11 @@ func podBatch(p Plan, replace bool) (*nftWire, error) {
 		return buildPodBatch(p, replace)
 	}
 	has4, has6 := slices.Contains(p.Families, IPv4), slices.Contains(p.Families, IPv6)
-	c := &podBatches[planIndex(has4, has6, p.DNSCapture, p.InboundCapture)][boolIndex(replace)]
-	c.once.Do(func() { c.wire, c.err = buildPodBatch(p, replace) })
+	i := planIndex(has4, has6, p.DNSCapture, p.InboundCapture)
+	c := &podBatches[i][boolIndex(replace)]
+	// From the index's plan, not p: the same rules whatever order p
+	// lists its families in.
+	c.once.Do(func() { c.wire, c.err = buildPodBatch(indexPlan(i), replace) })
 	return c.wire, c.err
 }
 

@@ -162,13 +162,24 @@ func (b *nftBatch) wire() (*nftWire, error) {
 // namespace to change). The error of a refused batch wraps the kernel's
 // errno (errors.Is(err, unix.EEXIST)) and names the message it refused.
 func (w *nftWire) send(sock int) error {
+	buf := make([]byte, 8192)
+	// Whatever an earlier batch on this socket left unread is not this
+	// one's answer (its sequence numbers are the same).
+	for {
+		if _, _, err := unix.Recvfrom(sock, buf, unix.MSG_DONTWAIT); err != nil && !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	if err := unix.Sendto(sock, w.buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return fmt.Errorf("send batch: %w", err)
 	}
+	// The ack asked of the last message is sent once the batch is
+	// processed, committed or aborted; an abort also answers each
+	// refused message with its error. The end message wire appends is
+	// what makes the kernel commit.
 	last := uint32(len(w.what))
 	var errs []error
 	acked := false
-	buf := make([]byte, 8192)
 	for {
 		n, _, err := unix.Recvfrom(sock, buf, unix.MSG_DONTWAIT)
 		if errors.Is(err, unix.EINTR) {

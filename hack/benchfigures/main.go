@@ -45,6 +45,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	_ = w.Flush()
 	if missing > 0 {
 		fmt.Fprintf(stderr, "benchfigures: %d figures not in %s\n", missing, args[0])
+		return 1
 	}
 	return 0
 }

@@ -330,7 +330,7 @@ func TestChartValuesRefused(t *testing.T) {
 		{[]string{"--set", "dashboards.enable=true"}, []string{"/dashboards", "enable"}},
 		{[]string{"--set", "replicas=2"}, []string{"replicas"}},
 		{[]string{"--set", "goMemLimitPercent=120"}, []string{"/goMemLimitPercent"}},
-		{[]string{"--set", "resources.limits.memory=1.5Gi"}, []string{"resources.limits.memory=1.5Gi", "goMemLimitPercent"}},
+		{[]string{"--set", "resources.limits.memory=500m"}, []string{"resources.limits.memory=500m", "goMemLimitPercent"}},
 		// Flags the chart derives from other values: the error names the value.
 		{[]string{"--set", "config.cri-socket=/run/crio/crio.sock"}, []string{"config.cri-socket", "paths.criSocket"}},
 		{[]string{"--set", "config.cni-bin-dir=/x"}, []string{"config.cni-bin-dir", "paths.cniBinDir"}},
@@ -671,6 +671,8 @@ func TestChartGoMemLimit(t *testing.T) {
 		{[]string{"--set", "resources.limits.memory=200M"}, "180000000"},
 		{[]string{"--set", "resources.limits.memory=1Gi,goMemLimitPercent=50"}, "536870912"},
 		{[]string{"--set", "resources.limits.memory=100000000"}, "90000000"},
+		{[]string{"--set", "resources.limits.memory=1.5Gi"}, "1449551462"},
+		{[]string{"--set-json", `resources={"limits":{"memory":134217728}}`}, "120795955"}, // a YAML number
 		{[]string{"--set", "goMemLimitPercent=0"}, ""},
 		{[]string{"--set", "resources.limits=null"}, ""},
 	} {

@@ -8,7 +8,9 @@
 // not touch. Release drops the mappings of the binary's read-only segments
 // (code, read-only data, function tables); what the process runs next
 // is mapped again from the page cache on first use, a minor fault each
-// 64 KiB. Writable segments (package variables) are never touched.
+// 64 KiB. Writable segments (package variables), and read-only ones that
+// hold pages of their own (relocated by the dynamic loader, patched by a
+// uprobe), are never touched.
 //
 // The page cache keeps the pages until the kernel needs the memory, and a
 // container's memory cgroup is charged for them either way; what changes

@@ -426,13 +426,18 @@ kernel's socket buffers).
 {{- $limit := ((.Values.resources).limits).memory -}}
 {{- $percent := int .Values.goMemLimitPercent -}}
 {{- if and $limit (gt $percent 0) -}}
-{{- $q := toString $limit -}}
-{{- $number := regexFind "^[0-9]+" $q -}}
+{{- /* A YAML number arrives as a float: written out whole, not as 1.3e+08. */ -}}
+{{- $q := ternary (printf "%.0f" $limit) (toString $limit) (kindIs "float64" $limit) -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
 {{- $suffix := trimPrefix $number $q -}}
 {{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
 {{- if or (not $number) (not (hasKey $units $suffix)) -}}
-{{- fail (printf "resources.limits.memory=%s: goMemLimitPercent needs a whole number of bytes or of k, M, G, T, Ki, Mi, Gi, Ti (or set goMemLimitPercent to 0)" $q) -}}
+{{- fail (printf "resources.limits.memory=%s: goMemLimitPercent needs a number of bytes, or of k, M, G, T, Ki, Mi, Gi, Ti (or set goMemLimitPercent to 0)" $q) -}}
 {{- end -}}
-{{- div (mul (int64 $number) (get $units $suffix) $percent) 100 -}}
+{{- $bytes := floor (divf (mulf (float64 $number) (get $units $suffix) $percent) 100) -}}
+{{- if lt $bytes 1.0 -}}
+{{- fail (printf "resources.limits.memory=%s: under a byte at goMemLimitPercent=%d" $q $percent) -}}
+{{- end -}}
+{{- printf "%.0f" $bytes -}}
 {{- end -}}
 {{- end }}
