@@ -224,11 +224,11 @@ func Run(ctx context.Context, cfg Config) error {
 		select {
 		case <-core.Listed():
 		case <-root.Done():
-			close(tookOver)
-			return
 		}
 		close(tookOver)
-		releaseStartup(logger)
+		if root.Err() == nil {
+			releaseStartup(logger)
+		}
 	}()
 	cniExcluded := cnifallback.NewExclusions(cfg.Policy.ZtunnelNamespace, initial.ExcludedNamespaces)
 	targets := settingsTargets{cfg: cfg, policy: pol, core: core, enrollTimeout: &enrollTimeout, ipv6Followers: []ipv6Follower{redir},
